@@ -1,0 +1,156 @@
+"""Run one trial in fresh worker processes and turn whatever happens into an outcome.
+
+Each rank is its own process group, so a timeout or a failure kills every rank and all
+their children; no worker outlives its trial and no failure reaches the caller.
+
+Outcomes: ok, oom, timeout, crashed, nan (from workers); invalid, unsupported (decided
+before anything launches, see `suite.config`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.config import Trial
+
+PRIORITY = ("oom", "nan", "crashed")  # when ranks disagree, the root cause wins
+GRACE_S = 1.0  # after one rank fails, how long its peers may take to report their own cause
+
+
+@dataclass
+class Outcome:
+    outcome: str
+    message: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(t: Trial, rank: int, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(t.hardware.count),
+        LOCAL_WORLD_SIZE=str(t.hardware.count),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
+    if t.hardware.device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+        # Share the machine's cores between ranks instead of oversubscribing them.
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // t.hardware.count)))
+    return env
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        p.wait()
+
+
+def _tail(path: str, n: int = 2000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+def _failure(out_dir: str, procs: list[subprocess.Popen]) -> Outcome:
+    errors = []
+    for rank in range(len(procs)):
+        path = os.path.join(out_dir, f"error-rank{rank}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                errors.append(json.load(f) | {"rank": rank})
+    if errors:
+        errors.sort(key=lambda e: PRIORITY.index(e["outcome"]))
+        e = errors[0]
+        return Outcome(e["outcome"], f"rank {e['rank']}: {e['message']}")
+    for rank, p in enumerate(procs):  # died without a word: a signal or a hard crash
+        rc = p.returncode
+        if rc not in (None, 0):
+            cause = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+            log = _tail(os.path.join(out_dir, f"rank{rank}.log"), 600).strip().splitlines()
+            return Outcome("crashed", f"rank {rank} {cause}" + (f"; last output: {log[-1]}" if log else ""))
+    return Outcome("crashed", "workers exited without a result")
+
+
+def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
+    """Launch the trial's ranks, wait for them within the timeout, and collect the outcome."""
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"trial-{t.id}-") as out_dir:
+        spec = os.path.join(out_dir, "trial.json")
+        with open(spec, "w") as f:
+            json.dump(t.to_dict(), f)
+        port = free_port()
+        procs: list[subprocess.Popen] = []
+        try:
+            for rank in range(t.hardware.count):
+                log = open(os.path.join(out_dir, f"rank{rank}.log"), "w")
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "suite.worker", spec, out_dir],
+                        env=worker_env(t, rank, port),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
+                log.close()
+            result = _wait(t, procs, out_dir, start)
+        finally:
+            kill_all(procs)
+            if keep_logs:
+                os.makedirs(keep_logs, exist_ok=True)
+                for rank in range(len(procs)):
+                    src = os.path.join(out_dir, f"rank{rank}.log")
+                    if os.path.exists(src):
+                        os.replace(src, os.path.join(keep_logs, f"{t.id}-rank{rank}.log"))
+    result.wall_s = time.monotonic() - start
+    return result
+
+
+def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float) -> Outcome:
+    deadline = start + t.measure.timeout_s
+    failed_at = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c == 0 for c in codes):
+            path = os.path.join(out_dir, "result.json")
+            if not os.path.exists(path):
+                return Outcome("crashed", "workers exited cleanly without a result")
+            with open(path) as f:
+                return Outcome("ok", metrics=json.load(f))
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = time.monotonic()
+        if failed_at is not None and (
+            all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S
+        ):
+            kill_all(procs)
+            return _failure(out_dir, procs)
+        if time.monotonic() > deadline:
+            kill_all(procs)
+            return Outcome("timeout", f"no result within measure.timeout_s={t.measure.timeout_s:g}")
+        time.sleep(0.05)

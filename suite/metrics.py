@@ -1,0 +1,95 @@
+"""Step time, throughput, MFU/HFU and memory figures of one trial: the one owner of them.
+
+    step_time = (GAS - 1) * t_micro + t_boundary + t_optimizer     (steady state)
+    MFU = model_flops_per_token * tokens_per_s / (n_devices * peak_flops[dtype])
+
+MFU never counts recomputation; HFU does. An MFU above 100% means the timing is wrong,
+so it raises instead of producing a record.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+from suite.config import Trial
+
+NOISY_CV = 0.05  # a timed window whose step times vary more than 5% is flagged
+
+
+class ImplausibleTiming(RuntimeError):
+    pass
+
+
+def peak_flops(t: Trial) -> Optional[float]:
+    """Dense peak FLOP/s of one device at the trial's precision, or None if not known."""
+    key = {"fp32": "tf32" if t.hardware.tf32 else "fp32"}.get(t.precision, t.precision)
+    tflops = t.hardware.peak_tflops.get(key)
+    return tflops * 1e12 if tflops else None
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(xs),
+        "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "min": min(xs),
+        "max": max(xs),
+        "n": len(xs),
+    }
+
+
+def summarize(
+    t: Trial,
+    micro_s: list[list[float]],
+    boundary_s: list[float],
+    optimizer_s: list[float],
+    flops_per_sample: float,
+    hw_flops_per_sample: float,
+) -> dict[str, Any]:
+    """Metrics from the slowest rank's timings of each timed step.
+
+    micro_s[i] holds step i's non-boundary micro-step times (GAS_measured - 1 of them).
+    Each timed step gives one estimate of the full step at the recipe's GAS.
+    """
+    gas = t.gas
+    estimates = []
+    for micro, boundary, opt in zip(micro_s, boundary_s, optimizer_s):
+        t_micro = statistics.fmean(micro) if micro else boundary
+        estimates.append((gas - 1) * t_micro + boundary + opt)
+    step = _spread(estimates)
+    all_micro = [x for m in micro_s for x in m]
+    samples_per_step = t.model.recipe.global_batch
+    tokens_per_step = samples_per_step * t.tokens_per_sample
+    tokens_per_s = tokens_per_step / step["mean"]
+    out: dict[str, Any] = {
+        "step_time_s": step["mean"],
+        "step_time_std_s": step["std"],
+        "step_time_min_s": step["min"],
+        "step_time_max_s": step["max"],
+        "timed_steps": step["n"],
+        "noisy": step["std"] > NOISY_CV * step["mean"],
+        "extrapolated": t.gas_measured < gas,
+        "gas": gas,
+        "gas_measured": t.gas_measured,
+        "micro_time_s": statistics.fmean(all_micro) if all_micro else None,
+        "boundary_time_s": statistics.fmean(boundary_s),
+        "optimizer_time_s": statistics.fmean(optimizer_s),
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / t.hardware.count,
+        "samples_per_s": samples_per_step / step["mean"],
+        "model_flops_per_token": flops_per_sample / t.tokens_per_sample,
+        "hardware_flops_per_token": hw_flops_per_sample / t.tokens_per_sample,
+        "mfu": None,
+        "hfu": None,
+    }
+    peak = peak_flops(t)
+    if peak:
+        denom = t.hardware.count * peak
+        out["mfu"] = out["model_flops_per_token"] * tokens_per_s / denom
+        out["hfu"] = out["hardware_flops_per_token"] * tokens_per_s / denom
+        if out["mfu"] > 1.0:
+            raise ImplausibleTiming(
+                f"implied MFU {out['mfu']:.0%} exceeds 100% of {t.hardware.name}'s peak: the timing is wrong"
+            )
+    return out
