@@ -12,7 +12,7 @@ import hashlib
 import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -294,7 +294,7 @@ def problems(t: Trial) -> list[str]:
     return p
 
 
-def unsupported(t: Trial) -> Optional[str]:
+def unsupported(t: Trial) -> str | None:
     """Why this machine cannot run a valid trial, or None. Checked before any launch."""
     if t.methods.attention == "flash_attention_2":
         if t.hardware.device == "cpu":

@@ -22,7 +22,6 @@ from typing import Any
 
 from suite.config import Trial
 
-PRIORITY = ("oom", "nan", "crashed")  # when ranks disagree, the root cause wins
 GRACE_S = 1.0  # after one rank fails, how long its peers may take to report their own cause
 
 
@@ -76,24 +75,24 @@ def _tail(path: str, n: int = 2000) -> str:
         return ""
 
 
-def _failure(out_dir: str, procs: list[subprocess.Popen]) -> Outcome:
-    errors = []
+def _failure(out_dir: str, procs: list[subprocess.Popen], first: int) -> Outcome:
+    """The root cause: an out-of-memory or NaN on any rank, else the first rank to fail."""
+    errors = {}
     for rank in range(len(procs)):
         path = os.path.join(out_dir, f"error-rank{rank}.json")
         if os.path.exists(path):
             with open(path) as f:
-                errors.append(json.load(f) | {"rank": rank})
-    if errors:
-        errors.sort(key=lambda e: PRIORITY.index(e["outcome"]))
-        e = errors[0]
-        return Outcome(e["outcome"], f"rank {e['rank']}: {e['message']}")
-    for rank, p in enumerate(procs):  # died without a word: a signal or a hard crash
-        rc = p.returncode
-        if rc not in (None, 0):
-            cause = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
-            log = _tail(os.path.join(out_dir, f"rank{rank}.log"), 600).strip().splitlines()
-            return Outcome("crashed", f"rank {rank} {cause}" + (f"; last output: {log[-1]}" if log else ""))
-    return Outcome("crashed", "workers exited without a result")
+                errors[rank] = json.load(f)
+    for kind in ("oom", "nan"):
+        for rank, e in errors.items():
+            if e["outcome"] == kind:
+                return Outcome(kind, f"rank {rank}: {e['message']}")
+    if first in errors:
+        return Outcome("crashed", f"rank {first}: {errors[first]['message']}")
+    rc = procs[first].returncode  # died without a word: a signal or a hard crash
+    cause = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+    log = _tail(os.path.join(out_dir, f"rank{first}.log"), 600).strip().splitlines()
+    return Outcome("crashed", f"rank {first} {cause}" + (f"; last output: {log[-1]}" if log else ""))
 
 
 def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
@@ -134,7 +133,7 @@ def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
 
 def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float) -> Outcome:
     deadline = start + t.measure.timeout_s
-    failed_at = None
+    failed_at, first = None, -1
     while True:
         codes = [p.poll() for p in procs]
         if all(c == 0 for c in codes):
@@ -145,11 +144,10 @@ def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float) -
                 return Outcome("ok", metrics=json.load(f))
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
-        if failed_at is not None and (
-            all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S
-        ):
+            first = next(r for r, c in enumerate(codes) if c not in (None, 0))
+        if failed_at is not None and (all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S):
             kill_all(procs)
-            return _failure(out_dir, procs)
+            return _failure(out_dir, procs, first)
         if time.monotonic() > deadline:
             kill_all(procs)
             return Outcome("timeout", f"no result within measure.timeout_s={t.measure.timeout_s:g}")

@@ -10,7 +10,7 @@ so it raises instead of producing a record.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Optional
+from typing import Any
 
 from suite.config import Trial
 
@@ -21,7 +21,7 @@ class ImplausibleTiming(RuntimeError):
     pass
 
 
-def peak_flops(t: Trial) -> Optional[float]:
+def peak_flops(t: Trial) -> float | None:
     """Dense peak FLOP/s of one device at the trial's precision, or None if not known."""
     key = {"fp32": "tf32" if t.hardware.tf32 else "fp32"}.get(t.precision, t.precision)
     tflops = t.hardware.peak_tflops.get(key)
@@ -53,7 +53,7 @@ def summarize(
     """
     gas = t.gas
     estimates = []
-    for micro, boundary, opt in zip(micro_s, boundary_s, optimizer_s):
+    for micro, boundary, opt in zip(micro_s, boundary_s, optimizer_s, strict=True):
         t_micro = statistics.fmean(micro) if micro else boundary
         estimates.append((gas - 1) * t_micro + boundary + opt)
     step = _spread(estimates)

@@ -18,34 +18,55 @@ def hf_config(m: ModelConfig):
 
     if m.family == "gpt_neox":
         return tf.GPTNeoXConfig(
-            vocab_size=m.vocab, hidden_size=m.hidden, num_hidden_layers=m.layers,
-            num_attention_heads=m.heads, intermediate_size=m.intermediate,
-            max_position_embeddings=m.max_positions, rotary_pct=m.rotary_pct,
-            use_cache=False, tie_word_embeddings=False,
+            vocab_size=m.vocab,
+            hidden_size=m.hidden,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            intermediate_size=m.intermediate,
+            max_position_embeddings=m.max_positions,
+            rotary_pct=m.rotary_pct,
+            use_cache=False,
+            tie_word_embeddings=False,
         )
     if m.family == "gpt2":
         return tf.GPT2Config(
-            vocab_size=m.vocab, n_embd=m.hidden, n_layer=m.layers, n_head=m.heads,
-            n_inner=m.intermediate, n_positions=m.max_positions, use_cache=False,
+            vocab_size=m.vocab,
+            n_embd=m.hidden,
+            n_layer=m.layers,
+            n_head=m.heads,
+            n_inner=m.intermediate,
+            n_positions=m.max_positions,
+            use_cache=False,
         )
     if m.family == "llama":
         return tf.LlamaConfig(
-            vocab_size=m.vocab, hidden_size=m.hidden, num_hidden_layers=m.layers,
-            num_attention_heads=m.heads, num_key_value_heads=m.kv_heads or m.heads,
-            intermediate_size=m.intermediate, max_position_embeddings=m.max_positions,
+            vocab_size=m.vocab,
+            hidden_size=m.hidden,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            num_key_value_heads=m.kv_heads or m.heads,
+            intermediate_size=m.intermediate,
+            max_position_embeddings=m.max_positions,
             use_cache=False,
         )
     if m.family == "roberta":
         return tf.RobertaConfig(
-            vocab_size=m.vocab, hidden_size=m.hidden, num_hidden_layers=m.layers,
-            num_attention_heads=m.heads, intermediate_size=m.intermediate,
+            vocab_size=m.vocab,
+            hidden_size=m.hidden,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            intermediate_size=m.intermediate,
             max_position_embeddings=m.max_positions,
         )
     if m.family == "vit":
         return tf.ViTConfig(
-            hidden_size=m.hidden, num_hidden_layers=m.layers, num_attention_heads=m.heads,
-            intermediate_size=m.intermediate, image_size=m.recipe.image_size,
-            patch_size=m.patch_size, num_labels=m.num_labels,
+            hidden_size=m.hidden,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            intermediate_size=m.intermediate,
+            image_size=m.recipe.image_size,
+            patch_size=m.patch_size,
+            num_labels=m.num_labels,
         )
     raise ValueError(f"unknown model family {m.family!r}")
 
@@ -63,7 +84,11 @@ def build(m: ModelConfig, attention: str, recompute: str) -> torch.nn.Module:
     }[m.family]
     model = cls._from_config(hf_config(m), attn_implementation=attention)
     if recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model.train()
 
 

@@ -136,7 +136,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
 
     # The slowest rank sets each timer: max over ranks, element by element.
     n = t.measure.timed_steps
-    times = torch.tensor([boundary_s, optimizer_s] + [list(c) for c in zip(*micro_s)], dtype=torch.float64)
+    times = torch.tensor([boundary_s, optimizer_s] + [list(c) for c in zip(*micro_s, strict=True)], dtype=torch.float64)
     times = times.to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     times = times.cpu().tolist()

@@ -1,0 +1,42 @@
+"""Shared test helpers: compose a trial from the real conf/ with Hydra's compose API."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from suite.cli import CONF_DIR, trial_from_cfg
+from suite.config import Trial, register
+
+# Pythia-14M's recipe shrunk to CPU size, on two CPU workers.
+CPU_RECIPE = [
+    "model=pythia-14m",
+    "model.recipe.seq_len=64",
+    "model.recipe.global_batch=8",
+    "model.recipe.precision=fp32",
+    "hardware=cpu-x2",
+    "methods.micro_batch=2",
+    "measure.warmup_steps=1",
+    "measure.timed_steps=3",
+    "measure.max_micro_steps=2",
+    "measure.timeout_s=180",
+]
+# A smaller Pythia (GPT-NeoX) for real multi-process trials: seconds each on 2 CPU cores.
+TINY = CPU_RECIPE + ["model.hidden=64", "model.layers=2", "model.heads=4", "model.intermediate=256", "model.vocab=1024"]
+
+
+def compose_cfg(overrides: list[str]):
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def make_trial(overrides: list[str]) -> Trial:
+    return trial_from_cfg(compose_cfg(overrides))
+
+
+@pytest.fixture
+def tiny():
+    return lambda *extra: make_trial(TINY + list(extra))

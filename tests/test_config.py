@@ -1,0 +1,134 @@
+"""Every shipped config composes and validates; each validation rule names its bad value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY, make_trial
+
+from suite.cli import CONF_DIR
+from suite.config import problems, unsupported
+
+CONF = Path(CONF_DIR)
+
+
+def names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("model", names("model"))
+def test_every_model_composes_and_is_valid_on_a_gpu_node(model):
+    t = make_trial([f"model={model}", "hardware=a100-80gb-x8"])
+    assert t.model.name == model
+    assert problems(t) == []
+    assert t.gas * t.methods.micro_batch * t.hardware.count == t.model.recipe.global_batch
+
+
+@pytest.mark.parametrize("hardware", names("hardware"))
+def test_every_hardware_profile_composes_and_is_valid(hardware):
+    t = make_trial([f"hardware={hardware}", "methods.precision=fp32"])
+    assert t.hardware.name == hardware
+    assert problems(t) == []
+    if t.hardware.device == "cuda":
+        assert hardware.endswith(f"-x{t.hardware.count}")
+        assert t.hardware.peak_tflops["fp16"] > 0 and t.hardware.mem_gib > 0 and t.hardware.datasheet
+
+
+@pytest.mark.parametrize("experiment", names("experiment"))
+def test_every_experiment_composes_and_is_valid(experiment):
+    assert problems(make_trial([f"experiment={experiment}"])) == []
+
+
+def test_pythia_1b_recipe_and_derived_batching():
+    t = make_trial(["model=pythia-1b", "hardware=a100-80gb-x4", "methods.micro_batch=16"])
+    assert (t.model.recipe.global_batch, t.model.recipe.seq_len, t.model.recipe.train_steps) == (1024, 2048, 143000)
+    assert t.precision == "bf16"
+    assert t.per_device_batch == 256 and t.gas == 16
+
+
+RULES = [
+    (["methods.zero_stage=5"], "methods.zero_stage=5"),
+    (["methods.offload=disk"], "methods.offload='disk'"),
+    (["methods.recompute=some"], "methods.recompute='some'"),
+    (["methods.attention=xformers"], "methods.attention='xformers'"),
+    (["methods.precision=fp8"], "methods.precision='fp8'"),
+    (["methods.micro_batch=0"], "methods.micro_batch=0"),
+    (["methods.micro_batch=3"], "methods.micro_batch=3 does not divide the per-device batch 4"),
+    (["methods.offload=optimizer"], "methods.offload=optimizer needs sharding"),
+    (["methods.zero_stage=2", "methods.offload=optimizer+params"], "needs methods.zero_stage=3 (got 2)"),
+    (["methods.precision=fp16"], "precision fp16 does not train on CPU"),
+    (["hardware=v100-x1", "methods.precision=bf16"], "precision bf16 is not supported by v100-x1"),
+    (["methods.attention=flash_attention_2"], "flash_attention_2 needs bf16 or fp16"),
+    (["model.recipe.global_batch=9"], "global_batch=9 is not divisible by hardware.count=2"),
+    (["model.recipe.seq_len=4096"], "model.recipe.seq_len=4096 exceeds model.max_positions=2048"),
+    (["model.heads=3"], "model.hidden=64 is not divisible by model.heads=3"),
+    (["hardware=a100-80gb-x4", "hardware.count=3"], "hardware.count=3 is not a GPU count"),
+    (["hardware.device=tpu"], "hardware.device='tpu'"),
+    (["model.family=mamba"], "model.family='mamba'"),
+    (["measure.timed_steps=0"], "measure.timed_steps=0 must be > 0"),
+    (["debug.fault=explode"], "debug.fault='explode'"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", RULES, ids=[r[1][:40] for r in RULES])
+def test_each_rule_rejects_its_bad_input_naming_the_value(overrides, expected):
+    found = problems(make_trial(TINY + overrides))
+    assert any(expected in p for p in found), found
+
+
+def test_all_problems_are_reported_at_once():
+    found = problems(make_trial(TINY + ["methods.zero_stage=7", "methods.micro_batch=3", "methods.offload=x"]))
+    assert len(found) == 3, found
+
+
+def test_flash_attention_on_cpu_is_unsupported_not_invalid():
+    t = make_trial(TINY + ["methods.attention=flash_attention_2", "methods.precision=bf16"])
+    assert problems(t) == []
+    assert "unavailable on CPU" in unsupported(t)
+
+
+def test_cli_exits_2_listing_every_problem_without_traceback(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "suite.cli",
+            *TINY,
+            "methods.zero_stage=9",
+            "methods.offload=disk",
+            f"store.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
+    assert out.returncode == 2
+    assert "methods.zero_stage=9" in out.stderr and "methods.offload='disk'" in out.stderr
+    assert "2 problems" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not list(tmp_path.glob("*.json"))  # nothing launched, nothing stored
+
+
+def test_cli_unknown_key_or_wrong_type_fails_at_composition(tmp_path):
+    for bad in ("methods.zero_stag=1", "methods.micro_batch=two"):
+        out = subprocess.run(
+            [sys.executable, "-m", "suite.cli", bad, f"store.dir={tmp_path}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode != 0
+        assert bad.split("=")[0].split(".")[-1] in out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_trial_id_is_stable_and_ignores_how_it_is_run():
+    a = make_trial(TINY)
+    assert a.id == make_trial(TINY).id
+    assert a.id == make_trial(TINY + ["measure.rerun=true", "measure.timeout_s=5"]).id
+    assert a.id != make_trial(TINY + ["methods.zero_stage=1"]).id
