@@ -1,0 +1,18 @@
+"""From stored trial results to time-to-train and cost tables, and the winner ready to launch.
+
+One module per concern:
+
+- `load`: every trial file under a path into one checked pandas frame (bad files skipped by name).
+- `prices`: the editable price tables in `conf/prices/` and the GPU profiles they are keyed by.
+- `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
+  FLOPs-only (analytic) estimate and the MFU a published time implies.
+- `published`: the seed paper's published time-to-train figures and the MFU each implies.
+- `tables`: the report tables as frames (best per budget, across budgets, speed-ups, misfits).
+- `render`: the tables as Markdown, CSV and LaTeX (booktabs).
+- `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.
+- `cli`: `suite-report` with one subcommand per use (`tables`, `export`).
+"""
+
+
+class ReportError(ValueError):
+    """A problem the user can fix (a bad path, argument or price table): printed, never a traceback."""

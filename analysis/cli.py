@@ -1,0 +1,157 @@
+"""`suite-report`: time-to-train and cost tables, and the winning configuration ready to launch.
+
+    suite-report tables results/                  # Markdown to the terminal; .md, .csv, .tex files written
+    suite-report export results/ model=pythia-1b hardware=a6000-x4
+
+Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
+arguments and a function running it. A bad path, argument or price table exits 2 with a
+message saying what to change; files skipped while loading are listed on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import ReportError, render
+from analysis.estimates import ANALYTIC_MFU, add_estimates
+from analysis.load import load_results
+from analysis.prices import PRICES_DIR, Prices, load_prices
+
+SELECTORS = ("model", "hardware", "nodes", "trial")
+
+
+def analysed(args: argparse.Namespace, prices: Prices) -> pd.DataFrame:
+    """The results under args.path with estimates, after reporting any file skipped."""
+    if not 0 < args.analytic_mfu <= 1:
+        raise ReportError(f"--analytic-mfu={args.analytic_mfu} must be a fraction in (0, 1], e.g. 0.5")
+    df, skipped = load_results(args.path)
+    for message in skipped:
+        print(message, file=sys.stderr)
+    if df.empty:
+        raise ReportError(f"no trial results under {args.path}; run suite-bench first (results land in results/runs)")
+    return add_estimates(df, prices, args.analytic_mfu)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", type=Path, help="results folder (searched recursively) or one result file")
+    p.add_argument("--prices", type=Path, default=PRICES_DIR, help="folder with cloud.yaml and owned.yaml")
+    p.add_argument(
+        "--analytic-mfu", type=float, default=ANALYTIC_MFU, help="MFU of the FLOPs-only estimate (default %(default)s)"
+    )
+
+
+def add_tables(p: argparse.ArgumentParser) -> None:
+    add_common(p)
+    p.add_argument("--out", type=Path, default=Path("reports/tables"), help="where the tables are written")
+
+
+def run_tables(args: argparse.Namespace) -> None:
+    from analysis.published import published_estimates
+    from analysis.tables import report
+
+    prices = load_prices(args.prices)
+    tables = report(analysed(args, prices), published_estimates(prices), prices)
+    for t in tables:
+        if t.name != "trials":  # every trial is in the files, too long for a terminal
+            print(render.to_markdown(t))
+    paths = render.write(tables, args.out)
+    print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
+
+
+def add_export(p: argparse.ArgumentParser) -> None:
+    add_common(p)
+    p.add_argument(
+        "select",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="model=NAME hardware=NAME [nodes=N] (the winner), or trial=ID (that trial)",
+    )
+    p.add_argument("--out", type=Path, help="where the files are written (default: reports/export/MODEL-HARDWARE)")
+    p.add_argument("--script", help="Trainer script to launch (default: the Hugging Face example for the model)")
+
+
+def selection(items: list[str]) -> dict[str, str]:
+    chosen, problems = {}, []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in SELECTORS or not value:
+            problems.append(f"{item!r} is not KEY=VALUE with KEY one of {', '.join(SELECTORS)}")
+        else:
+            chosen[key] = value
+    if "trial" not in chosen and not {"model", "hardware"} <= chosen.keys():
+        problems.append("give model=NAME and hardware=NAME (or trial=ID)")
+    if not chosen.get("nodes", "1").isdigit() or int(chosen.get("nodes", "1")) < 1:
+        problems.append(f"nodes={chosen['nodes']} must be a whole number >= 1")
+    if problems:
+        raise ReportError("; ".join(problems))
+    return chosen
+
+
+def run_export(args: argparse.Namespace) -> None:
+    from analysis.export import export_winner, write_export
+
+    chosen = selection(args.select)
+    df = analysed(args, load_prices(args.prices))
+    nodes = int(chosen.get("nodes", "1"))
+    w = export_winner(df, chosen.get("model"), chosen.get("hardware"), nodes, chosen.get("trial"), args.script)
+    r = w.row
+    name = f"{r['model']}-{r['hardware']}" + (f"-{r['n_nodes']}nodes" if r["n_nodes"] > 1 else "")
+    out = args.out or Path("reports/export") / name
+    paths = write_export(w, out)
+    print(f"Winner for {r['model']} on {r['budget']}: {r['config']}")
+    print(f"  measured step {r['step_time_s']:.3f} s -> {r['days']:,.2f} days; trial {r['trial_id']} ({r['file']})")
+    print(f"\nDeepSpeed config ({out / 'ds_config.json'}):\n{json.dumps(w.ds_config, indent=2)}")
+    print(f"\nTrainingArguments:\n{json.dumps(w.training_args, indent=2)}")
+    print(f"\nLaunch (from {out}; add the script's data arguments):\n{w.launch_command}")
+    print(f"\nwrote {', '.join(str(p) for p in paths)}")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], None]
+
+
+COMMANDS = (
+    Command("tables", "time-to-train and cost tables (Markdown, CSV, LaTeX)", add_tables, run_tables),
+    Command(
+        "export",
+        "the winning configuration as DeepSpeed JSON, TrainingArguments and a launch command",
+        add_export,
+        run_export,
+    ),
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="suite-report", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for c in COMMANDS:
+        sp = sub.add_parser(c.name, help=c.help, description=c.help)
+        c.add_arguments(sp)
+        sp.set_defaults(chosen=c)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    command: Command = args.chosen
+    try:
+        command.run(args)
+    except ReportError as e:
+        print(f"suite-report {command.name}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

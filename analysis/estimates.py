@@ -1,0 +1,130 @@
+"""The one owner of the time-to-train and cost formulas (DESIGN.md, 'From a step time ...').
+
+    days               = train_steps * step_time_s / 86400
+    gpu_hours          = days * 24 * n_gpus
+    cloud_cost_usd     = gpu_hours * usd_per_gpu_hour[gpu]
+    owned_hardware_usd = n_nodes * (node_base_usd[gpus_per_node] + gpus_per_node * gpu_price_usd[gpu])
+    owned_cost_usd     = owned_hardware_usd * days / (amortization_years * 365)
+    total_flops        = train_steps * tokens_per_step * model_flops_per_token
+    analytic_days      = total_flops / (n_gpus * peak_flops * mfu * 86400)   (predicted, FLOPs only)
+    implied_mfu        = analytic_days at 100% MFU / days                    (of a published time)
+    speedup_pct        = (naive step_time_s / best step_time_s - 1) * 100
+
+`add_estimates` adds to a frame from `analysis.load` (NaN wherever an input is missing:
+a trial that did not run, a CPU with no peak or price, a GPU without a price row):
+
+    gpu                      profile key of the GPU (a100-80gb), "" on CPU
+    days, gpu_days, gpu_hours
+    original_gpu_days        GPUs x days of the model's original run
+    gpu_days_vs_original     gpu_days / original_gpu_days
+    cloud_usd_per_gpu_hour, cloud_price_source, cloud_cost_usd
+    owned_hardware_usd, owned_cost_usd
+    peak_tflops              dense peak of one device at the trial's precision (suite.metrics)
+    analytic_mfu             the MFU stated for the FLOPs-only estimate (a fraction)
+    analytic_days            predicted days from FLOPs alone at analytic_mfu; never mixed with `days`
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.prices import Prices, gpu_keys
+from suite.config import Trial
+from suite.metrics import peak_flops
+
+SECONDS_PER_DAY = 86_400
+DAYS_PER_YEAR = 365
+ANALYTIC_MFU = 0.5
+"""Default MFU of the FLOPs-only estimate: well-tuned published runs reach 46-64% (seed-paper.md)."""
+PLAUSIBLE_MFU = 0.65
+"""Above this a time is implausible: the best published run in seed-paper.md reaches 64.2%."""
+
+
+def training_days(step_time_s, train_steps):
+    return train_steps * step_time_s / SECONDS_PER_DAY
+
+
+def gpu_hours(days, n_gpus):
+    return days * 24 * n_gpus
+
+
+def cloud_cost_usd(gpu_hours, usd_per_gpu_hour):
+    return gpu_hours * usd_per_gpu_hour
+
+
+def owned_hardware_usd(prices: Prices, gpu: str, gpus_per_node: int, n_nodes: int = 1) -> float:
+    """Purchase price of `n_nodes` nodes of `gpus_per_node` GPUs; NaN where the paper gives no price."""
+    if gpus_per_node not in prices.node_base_usd or gpu not in prices.gpu_price_usd:
+        return math.nan
+    return n_nodes * (prices.node_base_usd[gpus_per_node] + gpus_per_node * prices.gpu_price_usd[gpu])
+
+
+def owned_cost_usd(hardware_usd, days, amortization_years):
+    return hardware_usd * days / (amortization_years * DAYS_PER_YEAR)
+
+
+def total_flops(train_steps, tokens_per_step, flops_per_token):
+    return train_steps * tokens_per_step * flops_per_token
+
+
+def analytic_days(flops, n_gpus, peak_flops_per_gpu, mfu=1.0):
+    return flops / (n_gpus * peak_flops_per_gpu * mfu * SECONDS_PER_DAY)
+
+
+def implied_mfu(days, flops, n_gpus, peak_flops_per_gpu):
+    """The MFU a training time implies: the time at 100% MFU over the time given."""
+    return analytic_days(flops, n_gpus, peak_flops_per_gpu) / days
+
+
+def speedup_pct(naive_step_time_s, best_step_time_s):
+    """How much faster the best configuration trains than the naive one, in percent."""
+    return (naive_step_time_s / best_step_time_s - 1) * 100
+
+
+def mfu_verdict(mfu: float) -> str:
+    if math.isnan(mfu):  # no peak known
+        return "n/a"
+    if mfu > 1:
+        return "impossible: above 100% of peak"
+    if mfu > PLAUSIBLE_MFU:
+        return f"implausible: above {PLAUSIBLE_MFU:.0%}, the best published runs"
+    return "plausible"
+
+
+def _peak_tflops(trial: dict) -> float:
+    peak = peak_flops(Trial.from_dict(trial))
+    return peak / 1e12 if peak else math.nan
+
+
+def add_estimates(df: pd.DataFrame, prices: Prices, analytic_mfu: float = ANALYTIC_MFU) -> pd.DataFrame:
+    """`df` with the estimate columns of this module's docstring added."""
+    out = df.copy()
+    keys = gpu_keys()
+    out["gpu"] = [
+        keys.get(name, "") if dev == "cuda" else "" for name, dev in zip(out["gpu_name"], out["device"], strict=True)
+    ]
+    step = out["step_time_s"].astype(float)
+    out["days"] = training_days(step, out["train_steps"])
+    out["gpu_days"] = out["days"] * out["n_gpus"]
+    out["gpu_hours"] = gpu_hours(out["days"], out["n_gpus"])
+    original = (out["original_gpus"] * out["original_days"]).astype(float)
+    out["original_gpu_days"] = original.where(original > 0)
+    out["gpu_days_vs_original"] = out["gpu_days"] / out["original_gpu_days"]
+    cloud = [prices.cloud.get(g) for g in out["gpu"]]
+    out["cloud_usd_per_gpu_hour"] = [c.usd_per_gpu_hour if c else math.nan for c in cloud]
+    out["cloud_price_source"] = [f"{c.provider}, {c.source} ({c.date})" if c else "" for c in cloud]
+    out["cloud_cost_usd"] = cloud_cost_usd(out["gpu_hours"], out["cloud_usd_per_gpu_hour"])
+    out["owned_hardware_usd"] = [
+        owned_hardware_usd(prices, g, n, nodes)
+        for g, n, nodes in zip(out["gpu"], out["gpus_per_node"], out["n_nodes"], strict=True)
+    ]
+    out["owned_cost_usd"] = owned_cost_usd(out["owned_hardware_usd"], out["days"], prices.amortization_years)
+    out["peak_tflops"] = [_peak_tflops(t) for t in out["trial"]]
+    out["analytic_mfu"] = analytic_mfu
+    flops = total_flops(
+        out["train_steps"], out["tokens_per_step"].astype(float), out["model_flops_per_token"].astype(float)
+    )
+    out["analytic_days"] = analytic_days(flops, out["n_gpus"], out["peak_tflops"] * 1e12, analytic_mfu)
+    return out

@@ -1,0 +1,193 @@
+"""The winner of a (model, budget), ready to launch the real pretraining run.
+
+The DeepSpeed JSON is `suite.methods.deepspeed_config` at the recipe's full gradient
+accumulation (the trial measured at most `measure.max_micro_steps`). The Hugging Face
+`TrainingArguments` say the same thing in the Trainer's terms (the Trainer checks that the
+two agree), and the launch command runs a Trainer script with them under `torchrun`.
+The model's architecture goes along as a `transformers` config, so the run starts from
+the same random-init model that was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import ReportError
+from analysis.tables import best_per_budget
+from suite import methods, models
+from suite.config import Trial
+
+DS_CONFIG, TRAINING_ARGS, LAUNCH, MODEL_DIR = "ds_config.json", "training_args.json", "launch.sh", "model"
+# Hugging Face's example Trainer scripts (transformers/examples/pytorch/) for each family.
+SCRIPTS = {
+    "gpt_neox": "run_clm.py",
+    "gpt2": "run_clm.py",
+    "llama": "run_clm.py",
+    "roberta": "run_mlm.py",
+    "vit": "run_image_classification.py",
+}
+
+
+def _flag(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Winner:
+    row: pd.Series
+    """The measured trial's row, with its estimates."""
+    trial: Trial
+    ds_config: dict[str, Any]
+    training_args: dict[str, Any]
+    script: str
+    """The Trainer script the launch command runs."""
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        return {"DS_ACCELERATOR": "cpu"} if self.trial.hardware.device == "cpu" else {}
+
+    @property
+    def launcher(self) -> list[str]:
+        """torchrun with one process per device of the budget, then the script (shell words, unquoted)."""
+        per_node = f"--nproc_per_node={self.trial.hardware.count}"
+        if self.trial.nodes == 1:
+            return ["torchrun", "--standalone", per_node, self.script]
+        # Run on every node, with MASTER_ADDR set to node 0's address.
+        rdzv = '--rdzv_endpoint="${MASTER_ADDR:?set MASTER_ADDR to the first node}:29500"'
+        return ["torchrun", f"--nnodes={self.trial.nodes}", per_node, "--rdzv_backend=c10d", rdzv, self.script]
+
+    @property
+    def flags(self) -> list[tuple[str, str]]:
+        """The script's arguments: the model config, then the TrainingArguments."""
+        return [("--config_name", MODEL_DIR)] + [(f"--{k}", _flag(v)) for k, v in self.training_args.items()]
+
+    @property
+    def launch_command(self) -> str:
+        flags = [shlex.join(pair) for pair in self.flags]
+        return " ".join([f"{k}={v}" for k, v in self.launch_env.items()] + self.launcher + flags)
+
+
+def _checkpointing_arg() -> str:
+    """The installed TrainingArguments' name for activation recomputation (renamed in transformers 5)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+
+def training_arguments(t: Trial) -> dict[str, Any]:
+    """`transformers.TrainingArguments` keyword arguments equivalent to the trial at the full recipe."""
+    r, me, hw = t.model.recipe, t.methods, t.hardware
+    args: dict[str, Any] = {
+        "output_dir": "checkpoints",
+        "max_steps": r.train_steps,
+        "per_device_train_batch_size": me.micro_batch,
+        "gradient_accumulation_steps": t.gas,
+        "learning_rate": r.lr,
+        "adam_beta1": r.betas[0],
+        "adam_beta2": r.betas[1],
+        "weight_decay": r.weight_decay,
+        "max_grad_norm": r.grad_clip,
+        "bf16": t.precision == "bf16",
+        "fp16": t.precision == "fp16",
+        "torch_compile": me.compile,
+        "deepspeed": DS_CONFIG,
+    }
+    if me.offload == "none":  # otherwise DeepSpeed's own CPU Adam, set in the DeepSpeed JSON
+        args["optim"] = "adamw_torch_fused" if hw.device == "cuda" else "adamw_torch"
+    if me.recompute == "full":
+        name = _checkpointing_arg()
+        args[name] = True
+        args[f"{name}_kwargs"] = {"use_reentrant": False}
+    if hw.device == "cuda":
+        args["tf32"] = hw.tf32
+    else:
+        args["use_cpu"] = True
+    return args
+
+
+def _selector(model: str, hardware: str, nodes: int) -> str:
+    return f"model={model} hardware={hardware}" + (f" nodes={nodes}" if nodes != 1 else "")
+
+
+def _available(best: pd.DataFrame) -> str:
+    found = sorted({_selector(*key) for key in zip(best["model"], best["hardware"], best["n_nodes"], strict=True)})
+    return "\n  ".join(found) if found else "(no trial ran ok)"
+
+
+def find_winner(
+    df: pd.DataFrame, model: str | None, hardware: str | None, nodes: int = 1, trial_id: str | None = None
+) -> pd.Series:
+    """The fastest `ok` row of (model, hardware on `nodes` nodes), or the `ok` row of `trial_id`."""
+    if trial_id:
+        hit = df[(df["trial_id"] == trial_id) & (df["outcome"] == "ok")]
+        if hit.empty:
+            raise ReportError(f"no trial {trial_id} that ran ok in these results")
+        return hit.iloc[0]
+    best = best_per_budget(df)
+    hit = best[(best["model"] == model) & (best["hardware"] == hardware) & (best["n_nodes"] == nodes)]
+    asked = _selector(model, hardware, nodes)
+    if hit.empty:
+        raise ReportError(f"no configuration of {asked} ran ok in these results; available:\n  {_available(best)}")
+    if len(hit) > 1:
+        choices = "\n  ".join(f"trial={r.trial_id}  ({r.recipe})" for r in hit.itertuples())
+        raise ReportError(f"{asked} was measured with {len(hit)} recipes; choose one:\n  {choices}")
+    return hit.iloc[0]
+
+
+def export_winner(
+    df: pd.DataFrame,
+    model: str | None,
+    hardware: str | None,
+    nodes: int = 1,
+    trial_id: str | None = None,
+    script: str | None = None,
+) -> Winner:
+    """The winner of (model, hardware, nodes), or the trial `trial_id`, as DeepSpeed, Trainer and launch settings."""
+    row = find_winner(df, model, hardware, nodes, trial_id)
+    t = Trial.from_dict(row["trial"])
+    return Winner(row, t, methods.deepspeed_config(t, t.gas), training_arguments(t), script or SCRIPTS[t.model.family])
+
+
+def _script_text(w: Winner) -> str:
+    r, t = w.row, w.trial
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {t.model.name} on {r['budget']}: {r['config']}",
+        f"# measured: step {r['step_time_s']:.3f} s (std {r['step_time_std_s']:.3f} s) -> {r['days']:.2f} days;"
+        f" trial {r['trial_id']} ({r['file']})",
+        f"# {w.script} is a Hugging Face Trainer script (transformers/examples/pytorch/); put its data",
+        "# arguments after this script's name: bash launch.sh --dataset_name ... --tokenizer_name ...",
+        f"# Build the model with attn_implementation={t.methods.attention!r}, as measured.",
+        "# The recipe record holds no learning-rate schedule: add the original run's (--lr_scheduler_type, warm-up).",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+    ]
+    head = " ".join([f"{k}={v}" for k, v in w.launch_env.items()] + w.launcher)
+    pairs = [f"  {shlex.join(pair)}" for pair in w.flags]
+    return "\n".join(lines + [" \\\n".join([head] + pairs + ['  "$@"'])]) + "\n"
+
+
+def write_export(w: Winner, out_dir: str | Path) -> list[Path]:
+    """ds_config.json, training_args.json, launch.sh and model/config.json in `out_dir`."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    files = {
+        d / DS_CONFIG: json.dumps(w.ds_config, indent=2) + "\n",
+        d / TRAINING_ARGS: json.dumps(w.training_args, indent=2) + "\n",
+        d / LAUNCH: _script_text(w),
+    }
+    for p, text in files.items():
+        p.write_text(text)
+    (d / LAUNCH).chmod(0o755)
+    models.hf_config(w.trial.model).save_pretrained(d / MODEL_DIR)
+    return list(files) + [d / MODEL_DIR / "config.json"]

@@ -1,0 +1,218 @@
+"""Every trial result file under a path into one pandas frame with a checked schema.
+
+A file that is not JSON, not a trial record of schema `suite.trial/1`, or whose trial or
+metrics do not check out is skipped with a message naming it; it never stops the load.
+The same trial stored twice (a copied file) is kept once, the later record.
+
+One row per trial record. Columns (units in the names; NaN where a value does not apply,
+e.g. every metric of a trial that did not run `ok`):
+
+    file, trial_id, sweep, outcome, message, date, git_revision
+    model, family, hardware, device, gpu_name, mem_budget_gib
+    budget, n_nodes, gpus_per_node, n_gpus        (hardware x nodes; n_gpus counts every device of the trial)
+    global_batch, tokens_per_sample, train_steps, precision, recipe        (the recipe measured)
+    original_gpus, original_days                                           (the model's original run)
+    zero_stage, offload, recompute, micro_batch, gas, attention, compile, config
+    step_time_s, step_time_std_s, noisy, extrapolated, gas_measured,       (measured, `ok` only)
+    tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
+    mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
+    trial                                                                  (the record's trial dict)
+
+`config` is a short label of the methods ("ZeRO-1 recompute mb 8x2 sdpa fp32"); `recipe`
+labels what was measured ("batch 16 x 128 tokens, 143,000 steps, fp32"), since a step time
+is only comparable between trials of the same recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import ReportError
+from suite.config import Trial
+from suite.store import SCHEMA
+
+# Outcomes written by suite.launch (ok, oom, timeout, crashed, nan) and suite.cli (invalid, unsupported).
+OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
+# Metrics an `ok` record must carry as numbers for any estimate to be made from it.
+REQUIRED_METRICS = ("step_time_s", "tokens_per_step", "tokens_per_s", "model_flops_per_token", "peak_mem_gib", "gas")
+FLOAT_METRICS = (
+    "step_time_s",
+    "step_time_std_s",
+    "tokens_per_step",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "model_flops_per_token",
+    "mfu",
+    "hfu",
+    "peak_mem_gib",
+    "peak_reserved_gib",
+)
+OTHER_METRICS = ("noisy", "extrapolated", "gas_measured", "n_params")
+
+
+class Malformed(ValueError):
+    pass
+
+
+def _is(value: Any, kind: str) -> bool:
+    """Whether `value` fits a config field annotated `kind` (the annotations in suite/config.py)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in ("int", "float"):
+        return number and (kind == "float" or isinstance(value, int))
+    if kind == "list[float]":
+        return isinstance(value, list) and all(_is(v, "float") for v in value)
+    if kind == "dict[str, float]":
+        return isinstance(value, dict) and all(_is(v, "float") for v in value.values())
+    return isinstance(value, {"str": str, "bool": bool}.get(kind, object)) and value != "???"
+
+
+def type_problems(config: Any, prefix: str = "") -> list[str]:
+    """Fields of a (nested) config dataclass whose value is missing or of the wrong type."""
+    problems = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            problems += type_problems(value, f"{prefix}{f.name}.")
+        elif not _is(value, f.type):
+            problems.append(f"{prefix}{f.name}={value!r} is not {f.type}")
+    return problems
+
+
+def config_label(t: Trial, gas: Any) -> str:
+    me = t.methods
+    parts = [f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"]
+    if me.offload != "none":
+        parts.append(f"offload {me.offload}")
+    if me.recompute != "none":
+        parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
+    parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
+    parts.append(me.attention)
+    if me.compile:
+        parts.append("compile")
+    parts.append(t.precision)
+    return " ".join(parts)
+
+
+def recipe_label(t: Trial) -> str:
+    r = t.model.recipe
+    unit = "patches" if t.model.family == "vit" else "tokens"
+    return f"batch {r.global_batch} x {t.tokens_per_sample} {unit}, {r.train_steps:,} steps, {r.precision}"
+
+
+def _recipe_gas(t: Trial) -> int | None:
+    """The recipe's accumulation steps, or None where the batch does not split evenly (an invalid trial)."""
+    n, mb = t.devices, t.methods.micro_batch
+    if n > 0 and mb > 0 and t.model.recipe.global_batch % n == 0 and t.per_device_batch % mb == 0:
+        return t.gas
+    return None
+
+
+def _number(metrics: dict, key: str) -> bool:
+    v = metrics.get(key)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def row(rec: Any, file: Path) -> dict[str, Any]:
+    """One frame row from one record; raises Malformed saying what is wrong."""
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        found = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
+        raise Malformed(f"not a trial record of schema {SCHEMA} (found {found!r})")
+    missing = [k for k in ("trial_id", "outcome", "trial", "metrics") if k not in rec]
+    if missing:
+        raise Malformed(f"missing {', '.join(missing)}")
+    if rec["outcome"] not in OUTCOMES:
+        raise Malformed(f"outcome {rec['outcome']!r} is not one of {', '.join(OUTCOMES)}")
+    try:
+        t = Trial.from_dict(rec["trial"])
+    except (KeyError, TypeError) as e:
+        raise Malformed(f"its trial does not match suite.config.Trial ({e})") from e
+    wrong = type_problems(t, "trial.")
+    if wrong:
+        raise Malformed("; ".join(wrong))
+    m = rec["metrics"] if isinstance(rec["metrics"], dict) else {}
+    if rec["outcome"] == "ok":
+        bad = [k for k in REQUIRED_METRICS if not _number(m, k)]
+        if bad:
+            raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
+        if m["step_time_s"] <= 0:
+            raise Malformed(f"step_time_s={m['step_time_s']} is not positive")
+    bad = [k for k in FLOAT_METRICS if m.get(k) is not None and not _number(m, k)]
+    if bad:
+        raise Malformed(f"metrics {', '.join(bad)} are not numbers")
+    r, hw, me = t.model.recipe, t.hardware, t.methods
+    gas = m.get("gas", _recipe_gas(t))
+    prov = rec.get("provenance") or {}
+    out: dict[str, Any] = {
+        "file": str(file),
+        "trial_id": rec["trial_id"],
+        "sweep": rec.get("sweep", ""),
+        "outcome": rec["outcome"],
+        "message": rec.get("message", ""),
+        "date": prov.get("date"),
+        "git_revision": prov.get("git_revision"),
+        "model": t.model.name,
+        "family": t.model.family,
+        "hardware": hw.name,
+        "device": hw.device,
+        "gpu_name": hw.gpu,
+        "budget": hw.name if t.nodes == 1 else f"{hw.name} x {t.nodes} nodes",
+        "n_nodes": t.nodes,
+        "gpus_per_node": hw.count,
+        "n_gpus": t.devices,
+        "mem_budget_gib": hw.mem_gib,
+        "global_batch": r.global_batch,
+        "tokens_per_sample": t.tokens_per_sample,
+        "train_steps": r.train_steps,
+        "precision": t.precision,
+        "recipe": recipe_label(t),
+        "original_gpus": r.original_gpus,
+        "original_days": r.original_days,
+        "zero_stage": me.zero_stage,
+        "offload": me.offload,
+        "recompute": me.recompute,
+        "micro_batch": me.micro_batch,
+        "gas": gas,
+        "attention": me.attention,
+        "compile": me.compile,
+        "config": config_label(t, gas),
+    }
+    out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})
+    out["trial"] = rec["trial"]
+    return out
+
+
+def load_results(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """All trial records under `path` (a folder, searched recursively, or one file).
+
+    Returns the frame and one message per file skipped.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise ReportError(f"{root} does not exist; give a results folder such as results/runs")
+    files = sorted(root.rglob("*.json")) if root.is_dir() else [root]
+    rows, skipped = [], []
+    for f in files:
+        try:
+            with open(f) as fh:
+                rows.append(row(json.load(fh), f))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            skipped.append(f"skipped {f}: not readable JSON ({e})")
+        except Malformed as e:
+            skipped.append(f"skipped {f}: {e}")
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df, skipped
+    df[list(FLOAT_METRICS)] = df[list(FLOAT_METRICS)].astype(float)
+    df["gas"] = df["gas"].astype("Int64")
+    df = df.sort_values(["date", "file"], na_position="first", kind="stable")
+    dup = df.duplicated("trial_id", keep="last")
+    kept = df.drop_duplicates("trial_id", keep="last").set_index("trial_id")["file"]
+    for _, r in df[dup].iterrows():
+        skipped.append(f"skipped {r['file']}: the same trial as {kept[r['trial_id']]}, which is newer")
+    return df[~dup].reset_index(drop=True), skipped

@@ -1,0 +1,92 @@
+"""The seed paper's published time-to-train figures and what they imply.
+
+Each figure is set beside the MFU it implies (the model's FLOPs per token, counted with
+`suite.models.count_flops` as for every measured trial, against the GPU's dense peak from
+`conf/gpu/`) and its owned-hardware cost, so a reader sees which published numbers are
+physically plausible. These are published figures, never mixed with measured ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from analysis import estimates
+from analysis.prices import Prices, gpu_profile
+from suite import models
+from suite.cli import CONF_DIR
+from suite.config import DebugConfig, HardwareConfig, MeasureConfig, MethodsConfig, ModelConfig, Trial
+from suite.metrics import peak_flops
+
+SOURCE = "Khandelwal et al. 2024, arXiv 2410.23261 (shared/reference/seed-paper.md)"
+
+
+@dataclass(frozen=True)
+class Published:
+    model: str
+    """Model config name in conf/model/."""
+    gpu: str
+    """GPU profile key in conf/gpu/; the paper's H100 peaks (756 TFLOP/s) are the PCIe card's."""
+    n_gpus: int
+    days: float
+    note: str
+
+
+PUBLISHED = (
+    Published("pythia-1b", "a100-80gb", 4, 17.57, "best of all methods: ZeRO-1, mb 16 x GAS 16"),
+    Published("pythia-1b", "h100-pcie", 4, 8.0, "about 8 days"),
+    Published("pythia-1b", "h100-pcie", 8, 4.0, "about 4 days"),
+    Published("pythia-1b", "rtx-3090", 2, 108.0, "about 108 days"),
+)
+
+
+def model_config(name: str) -> ModelConfig:
+    schema = OmegaConf.structured(ModelConfig)
+    return OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.load(f"{CONF_DIR}/model/{name}.yaml")))
+
+
+def trial_for(p: Published) -> Trial:
+    """The trial the paper's figure stands for: the model's recipe on its hardware, default methods."""
+    hw = HardwareConfig(**gpu_profile(p.gpu), name=f"{p.gpu}-x{p.n_gpus}", count=p.n_gpus)
+    return Trial(model_config(p.model), hw, MethodsConfig(), MeasureConfig(), DebugConfig())
+
+
+@cache
+def flops_per_token(model: str) -> float:
+    """A text model's FLOPs per token (forward + backward) at its recipe's sequence length,
+    counted on the meta device (a few seconds)."""
+    m = model_config(model)
+    flops_per_sample, _ = models.count_flops(m, "sdpa", "none")
+    return flops_per_sample / m.recipe.seq_len
+
+
+def published_estimates(prices: Prices) -> pd.DataFrame:
+    """One row per published figure, with the MFU it implies and its owned-hardware cost."""
+    rows = []
+    for p in PUBLISHED:
+        t = trial_for(p)
+        r = t.model.recipe
+        flops = estimates.total_flops(r.train_steps, r.global_batch * t.tokens_per_sample, flops_per_token(p.model))
+        mfu = estimates.implied_mfu(p.days, flops, p.n_gpus, peak_flops(t))
+        hardware_usd = estimates.owned_hardware_usd(prices, p.gpu, p.n_gpus)
+        rows.append(
+            {
+                "model": p.model,
+                "hardware": t.hardware.name,
+                "budget": t.hardware.name,
+                "precision": t.precision,
+                "published_days": p.days,
+                "note": p.note,
+                "model_flops_per_token": flops_per_token(p.model),
+                "peak_tflops": peak_flops(t) / 1e12,
+                "implied_mfu": mfu,
+                "verdict": estimates.mfu_verdict(mfu),
+                "owned_hardware_usd": hardware_usd,
+                "owned_cost_usd": estimates.owned_cost_usd(hardware_usd, p.days, prices.amortization_years),
+                "source": SOURCE,
+            }
+        )
+    return pd.DataFrame(rows)

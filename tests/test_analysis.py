@@ -1,0 +1,396 @@
+"""analysis/: formulas against hand-computed values (the paper's Pythia-1B on 4x A100),
+tables from real trial files (tests/fixtures/results, made by suite-bench on CPU), the
+exported winner (its DeepSpeed JSON trains a CPU trial), and bad input handled by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import ReportError, cli, estimates, published
+from analysis.export import export_winner, write_export
+from analysis.load import load_results
+from analysis.prices import load_prices
+from analysis.tables import across_budgets, best_per_budget, did_not_fit, is_naive, speedups
+from suite import methods, store
+from suite.config import Trial
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+PAPER_DAYS, PAPER_STEPS = 17.57, 143_000  # Pythia-1B, 4x A100, best configuration (seed-paper.md)
+
+
+@pytest.fixture(scope="module")
+def prices():
+    return load_prices()
+
+
+@pytest.fixture(scope="module")
+def raw() -> list[dict]:
+    """The fixture records as stored, read without analysis/ (the reference for the tables)."""
+    return [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
+
+
+@pytest.fixture(scope="module")
+def df(prices):
+    frame, skipped = load_results(FIXTURES)
+    assert skipped == []
+    return estimates.add_estimates(frame, prices)
+
+
+def paper_trial() -> Trial:
+    p = published.PUBLISHED[0]
+    assert (p.model, p.gpu, p.n_gpus, p.days) == ("pythia-1b", "a100-80gb", 4, PAPER_DAYS)
+    return published.trial_for(p)
+
+
+# --- formulas -------------------------------------------------------------------------
+
+
+def test_paper_step_time_gives_17_57_days_and_its_costs(prices):
+    step_time_s = PAPER_DAYS * 86400 / PAPER_STEPS  # 1,518,048 s / 143,000 steps
+    assert step_time_s == pytest.approx(10.615720, abs=1e-6)
+    days = estimates.training_days(step_time_s, PAPER_STEPS)
+    assert days == pytest.approx(17.57)
+    assert estimates.gpu_hours(days, 4) == pytest.approx(17.57 * 24 * 4)  # 1686.72
+    assert estimates.owned_hardware_usd(prices, "a100-80gb", 4) == 7500 + 4 * 19000
+    assert estimates.owned_cost_usd(83_500, days, 5) == pytest.approx(83_500 * 17.57 / 1825)  # $803.89
+    assert estimates.owned_cost_usd(83_500, days, 5) == pytest.approx(803.8877, abs=1e-4)
+    assert estimates.cloud_cost_usd(1686.72, 2.45) == pytest.approx(4132.464)
+    assert math.isnan(estimates.owned_hardware_usd(prices, "rtx-4090", 4))  # not priced by the paper
+    assert math.isnan(estimates.owned_hardware_usd(prices, "a100-80gb", 3))  # no such node
+
+
+def paper_record(t: Trial) -> dict:
+    """A record of `t` timed at the paper's Pythia-1B step time (a formula check, not a measurement)."""
+    tokens_per_step = 1024 * 2048
+    step_time_s = PAPER_DAYS * 86400 / PAPER_STEPS
+    metrics = {
+        "step_time_s": step_time_s,
+        "step_time_std_s": 0.0,
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_step / step_time_s,
+        "model_flops_per_token": published.flops_per_token("pythia-1b"),
+        "peak_mem_gib": 40.0,
+        "gas": t.gas,
+        "mfu": None,
+    }
+    return store.record(t, "test", "ok", "", metrics, 0.0)
+
+
+def test_add_estimates_on_a_record_at_the_papers_step_time(prices, tmp_path):
+    store.save(tmp_path, paper_record(paper_trial()))
+    frame, _ = load_results(tmp_path)
+    row = estimates.add_estimates(frame, prices, analytic_mfu=0.99).iloc[0]
+    assert row["gpu"] == "a100-80gb" and row["n_gpus"] == 4 and row["budget"] == "a100-80gb-x4"
+    assert row["days"] == pytest.approx(17.57)
+    assert row["gpu_days"] == pytest.approx(17.57 * 4)
+    assert row["original_gpu_days"] == 64 * 3
+    assert row["gpu_days_vs_original"] == pytest.approx(17.57 * 4 / 192)
+    assert row["owned_cost_usd"] == pytest.approx(803.8877, abs=1e-4)
+    assert row["cloud_cost_usd"] == pytest.approx(17.57 * 24 * 4 * prices.cloud["a100-80gb"].usd_per_gpu_hour)
+    assert row["peak_tflops"] == 312
+    # The paper's time is what FLOPs alone predict at 99% of the A100's bf16 peak.
+    assert row["analytic_days"] == pytest.approx(17.57, rel=0.002)
+
+
+def test_two_nodes_count_every_gpu(prices, tmp_path):
+    t = dataclasses.replace(paper_trial(), nodes=2)
+    store.save(tmp_path, paper_record(t))
+    frame, _ = load_results(tmp_path)
+    est = estimates.add_estimates(frame, prices)
+    row = est.iloc[0]
+    assert (row["budget"], row["n_nodes"], row["gpus_per_node"], row["n_gpus"]) == ("a100-80gb-x4 x 2 nodes", 2, 4, 8)
+    assert row["gpu_hours"] == pytest.approx(17.57 * 24 * 8)
+    assert row["owned_hardware_usd"] == 2 * (7500 + 4 * 19000)
+    w = export_winner(est, "pythia-1b", "a100-80gb-x4", nodes=2)
+    assert w.launcher[:3] == ["torchrun", "--nnodes=2", "--nproc_per_node=4"]
+    assert w.ds_config["train_batch_size"] == 1024 and w.ds_config["gradient_accumulation_steps"] == t.gas
+
+
+def test_counted_flops_match_6n_plus_attention_by_hand():
+    h, layers, inter, vocab, seq = 2048, 16, 8192, 50304, 2048
+    n = layers * (4 * h * h + 2 * h * inter) + vocab * h  # weights that multiply: blocks + output head
+    by_hand = 6 * n + 12 * layers * seq * h  # 6.2579e9
+    assert published.flops_per_token("pythia-1b") == pytest.approx(by_hand, rel=1e-3)
+
+
+def test_published_pythia_1b_implies_99_percent_of_peak(prices):
+    pub = published.published_estimates(prices).set_index("hardware")
+    a100 = pub.loc["a100-80gb-x4"]
+    tokens = PAPER_STEPS * 1024 * 2048
+    by_hand = tokens * published.flops_per_token("pythia-1b") / (PAPER_DAYS * 86400 * 4 * 312e12)
+    assert a100["implied_mfu"] == pytest.approx(by_hand)
+    assert a100["implied_mfu"] == pytest.approx(0.99, abs=0.005)
+    assert a100["verdict"].startswith("implausible")
+    assert a100["owned_cost_usd"] == pytest.approx(803.8877, abs=1e-4)
+    assert pub.loc["rtx-3090-x2", "implied_mfu"] > 1
+    assert pub.loc["rtx-3090-x2", "verdict"].startswith("impossible")
+    assert pub.loc["h100-pcie-x4", "owned_hardware_usd"] == 7500 + 4 * 30000
+
+
+def test_implied_mfu_inverts_the_analytic_estimate():
+    days = estimates.analytic_days(1e21, 8, 312e12, 0.42)
+    assert estimates.implied_mfu(days, 1e21, 8, 312e12) == pytest.approx(0.42)
+    assert estimates.mfu_verdict(0.42) == "plausible"
+    assert estimates.mfu_verdict(float("nan")) == "n/a"
+
+
+# --- prices ---------------------------------------------------------------------------
+
+
+def test_price_table_problems_are_all_reported(tmp_path):
+    shutil.copytree(Path(estimates.__file__).parents[1] / "conf" / "prices", tmp_path, dirs_exist_ok=True)
+    cloud = tmp_path / "cloud.yaml"
+    text = cloud.read_text().replace('    date: "2026-03-10"\n', "", 1) + "  a100-99gb:\n    usd_per_gpu_hour: -1\n"
+    cloud.write_text(text)
+    with pytest.raises(ReportError) as e:
+        load_prices(tmp_path)
+    msg = str(e.value)
+    assert "gpus.rtx-3090: needs date" in msg
+    assert "'a100-99gb' is not a GPU profile" in msg
+    assert "gpus.a100-99gb: needs provider, source, date" in msg
+
+
+# --- loading and tables from real trial files ------------------------------------------
+
+
+def test_fixture_set_is_real_and_varied(raw):
+    outcomes = {r["outcome"] for r in raw}
+    assert {"ok", "oom", "invalid"} <= outcomes
+    assert len({r["trial"]["hardware"]["name"] for r in raw}) >= 2
+    assert all(r["schema"] == store.SCHEMA and r["provenance"]["git_revision"] for r in raw)
+
+
+def test_load_gives_one_checked_row_per_file(df, raw):
+    assert len(df) == len(raw)
+    assert set(df["trial_id"]) == {r["trial_id"] for r in raw}
+    assert df["step_time_s"].dtype == float
+    ok = df[df["outcome"] == "ok"]
+    assert ok["step_time_s"].notna().all() and df.loc[df["outcome"] != "ok", "step_time_s"].isna().all()
+    # CPU budgets have no price and no peak: n/a, never 0.
+    for col in ("cloud_cost_usd", "owned_cost_usd", "peak_tflops", "analytic_days", "mfu"):
+        assert df[col].isna().all(), col
+    assert (ok["days"] == ok["train_steps"] * ok["step_time_s"] / 86400).all()
+
+
+def test_malformed_and_foreign_files_are_skipped_by_name(tmp_path, raw):
+    for p in sorted(FIXTURES.glob("*.json"))[:3]:
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "broken.json").write_text('{"schema": "suite.trial/1", ')
+    (tmp_path / "foreign.json").write_text('{"hello": "world"}')
+    no_metrics = next(r for r in raw if r["outcome"] == "ok") | {"trial_id": "x"}
+    no_metrics = no_metrics | {"metrics": {k: v for k, v in no_metrics["metrics"].items() if k != "step_time_s"}}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "no_step.json").write_text(json.dumps(no_metrics))
+    bad_trial = raw[0] | {"trial_id": "y", "trial": {"model": {}}}
+    (tmp_path / "sub" / "bad_trial.json").write_text(json.dumps(bad_trial))
+    (tmp_path / "sub" / "copy.json").write_text(json.dumps(raw[0]))
+
+    frame, skipped = load_results(tmp_path)
+    assert len(frame) == 3
+    text = "\n".join(skipped)
+    assert len(skipped) == 5, text
+    assert f"skipped {tmp_path / 'broken.json'}: not readable JSON" in text
+    assert f"skipped {tmp_path / 'foreign.json'}: not a trial record of schema suite.trial/1" in text
+    assert "no_step.json: an ok record without numeric metrics step_time_s" in text
+    assert "bad_trial.json: its trial does not match suite.config.Trial" in text
+    assert "the same trial as" in text
+
+    code = cli.main(["tables", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert code == 0
+    assert (tmp_path / "out" / "best.md").exists()
+
+
+def _by_group(raw: list[dict], keep) -> dict[tuple[str, str], float]:
+    """Smallest step time per (model, hardware) among records `keep` accepts, straight from the files."""
+    best: dict[tuple[str, str], float] = {}
+    for r in raw:
+        if r["outcome"] == "ok" and keep(r["trial"]["methods"]):
+            key = (r["trial"]["model"]["name"], r["trial"]["hardware"]["name"])
+            best[key] = min(best.get(key, math.inf), r["metrics"]["step_time_s"])
+    return best
+
+
+def test_best_per_budget_is_the_fastest_ok_trial(df, raw):
+    best = best_per_budget(df)
+    expected = _by_group(raw, lambda m: True)
+    assert {(m, h): s for m, h, s in zip(best["model"], best["hardware"], best["step_time_s"], strict=True)} == expected
+    for r in best.itertuples():
+        group = df[(df["model"] == r.model) & (df["hardware"] == r.hardware)]
+        assert r.configs_tried == len(group) and r.configs_ok == (group["outcome"] == "ok").sum()
+
+
+def test_speedup_is_best_over_naive(df, raw):
+    sp = speedups(df).set_index(["model", "budget"])
+    naive = _by_group(raw, lambda m: m["zero_stage"] == 0 and m["offload"] == "none" and m["recompute"] == "none")
+    best = _by_group(raw, lambda m: True)
+    for key, best_s in best.items():
+        assert sp.loc[key, "best_step_time_s"] == best_s
+        if key in naive:
+            assert sp.loc[key, "speedup_pct"] == pytest.approx((naive[key] / best_s - 1) * 100)
+            assert sp.loc[key, "speedup_pct"] >= 0
+        else:
+            assert math.isnan(sp.loc[key, "speedup_pct"])
+            assert sp.loc[key, "naive_config"].startswith(("none ran ok", "not measured"))
+    assert is_naive(df).any()
+
+
+def test_did_not_fit_lists_every_other_outcome(df, raw):
+    rest = did_not_fit(df)
+    assert set(rest["trial_id"]) == {r["trial_id"] for r in raw if r["outcome"] != "ok"}
+    assert (rest["outcome"] == "oom").any() and (rest["outcome"] == "invalid").any()
+    budgets = across_budgets(df)
+    assert set(budgets["budget"]) == {r["trial"]["hardware"]["name"] for r in raw}
+    assert set(budgets.loc[budgets["configs_ok"] == 0, "fits"].str[:3]) <= {"no "}
+
+
+def test_tables_cli_writes_markdown_csv_latex(tmp_path, capsys, df):
+    assert cli.main(["tables", str(FIXTURES), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for title in ("Best configuration per (model, budget)", "Speed-up", "did not fit", "Published estimates"):
+        assert title in out
+    assert "| pythia-1b | a100-80gb-x4 |" in out and "99.0%" in out
+    for name in ("best", "budgets", "speedup", "not_fit", "published", "trials"):
+        for suffix in (".md", ".csv", ".tex"):
+            assert (tmp_path / f"{name}{suffix}").stat().st_size > 0
+    tex = (tmp_path / "best.tex").read_text()
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "50\\% MFU" in tex
+    best = pd.read_csv(tmp_path / "best.csv")
+    assert sorted(best["step_time_s"]) == pytest.approx(sorted(best_per_budget(df)["step_time_s"]))
+    assert best["cloud_cost_usd"].isna().all()
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert len(trials) == len(df)
+
+
+# --- export ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def winner(df):
+    return export_winner(df, "pythia-14m", "cpu-x1")
+
+
+def test_export_uses_the_suites_deepspeed_config_at_full_gas(winner, df):
+    t = winner.trial
+    assert winner.row["trial_id"] == best_per_budget(df).set_index("hardware").loc["cpu-x1", "trial_id"]
+    assert winner.ds_config == methods.deepspeed_config(t, t.gas)
+    gas = t.model.recipe.global_batch // (t.hardware.count * t.methods.micro_batch)
+    assert winner.ds_config["gradient_accumulation_steps"] == gas
+    assert winner.ds_config["train_batch_size"] == t.model.recipe.global_batch
+
+
+def test_export_training_arguments_and_launch_command_agree(winner, tmp_path):
+    from transformers import AutoConfig, HfArgumentParser, TrainingArguments
+
+    args, ds = winner.training_args, winner.ds_config
+    assert args["per_device_train_batch_size"] == ds["train_micro_batch_size_per_gpu"]
+    assert args["gradient_accumulation_steps"] == ds["gradient_accumulation_steps"]
+    assert args["max_grad_norm"] == ds["gradient_clipping"]
+    assert args["max_steps"] == winner.trial.model.recipe.train_steps
+    assert winner.launcher == ["torchrun", "--standalone", "--nproc_per_node=1", "run_clm.py"]
+    flags = [a for pair in winner.flags for a in pair]
+    assert flags[:2] == ["--config_name", "model"]
+    # The flags parse as TrainingArguments, each to the exported value (an unknown flag would stay in `rest`).
+    # Building TrainingArguments itself needs `accelerate`, which the suite does not install.
+    parsed, rest = HfArgumentParser(TrainingArguments).parse_known_args(flags[2:])
+    assert rest == []
+    for k, v in args.items():
+        got = getattr(parsed, k)
+        assert (json.loads(got) if isinstance(v, dict) else got) == v, k
+
+    files = write_export(winner, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "ds_config.json").read_text()) == ds
+    script = (tmp_path / "out" / "launch.sh").read_text()
+    assert f"--per_device_train_batch_size {ds['train_micro_batch_size_per_gpu']} \\\n" in script
+    assert subprocess.run(["bash", "-n", str(tmp_path / "out" / "launch.sh")]).returncode == 0
+    assert AutoConfig.from_pretrained(tmp_path / "out" / "model").hidden_size == winner.trial.model.hidden
+    assert all(p.exists() for p in files)
+
+
+TRAIN = """
+import json, sys
+import deepspeed, torch
+from deepspeed.runtime.config import DeepSpeedConfig
+from suite import methods, models
+from suite.config import Trial
+
+trial = Trial.from_dict(json.load(open(sys.argv[1])))
+cfg = json.load(open(sys.argv[2]))
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
+model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)
+opt = methods.client_optimizer(trial, model.parameters())
+engine, *_ = deepspeed.initialize(
+    model=model, optimizer=opt, model_parameters=None if opt else model.parameters(), config=cfg
+)
+gen = torch.Generator().manual_seed(0)
+losses = []
+for _ in range(2 * cfg["gradient_accumulation_steps"]):
+    loss = engine(**models.batch(trial.model, cfg["train_micro_batch_size_per_gpu"], gen, "cpu")).loss
+    engine.backward(loss)
+    engine.step()
+    losses.append(loss.item())
+print(json.dumps({"global_steps": engine.global_steps, "losses": losses}))
+"""
+
+
+@pytest.mark.slow
+def test_exported_deepspeed_json_trains_a_cpu_trial(winner, tmp_path):
+    write_export(winner, tmp_path)
+    (tmp_path / "trial.json").write_text(json.dumps(winner.row["trial"]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {
+        "DS_ACCELERATOR": "cpu",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "2",
+    }
+    cmd = [sys.executable, "-c", TRAIN, str(tmp_path / "trial.json"), str(tmp_path / "ds_config.json")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["global_steps"] == 2  # two optimizer steps at the exported accumulation
+    assert all(math.isfinite(x) for x in result["losses"])
+
+
+# --- errors a user can act on ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["export", str(FIXTURES), "model=pythia-1b", "hardware=a6000-x4"],
+            "available:\n  model=pythia-14m hardware=cpu-x1",
+        ),
+        (["export", str(FIXTURES), "model=pythia-14m"], "give model=NAME and hardware=NAME"),
+        (["export", str(FIXTURES), "size=big", "hardware=cpu-x1"], "'size=big' is not KEY=VALUE"),
+        (["export", str(FIXTURES), "trial=0000"], "no trial 0000 that ran ok"),
+        (["tables", "no/such/dir"], "no/such/dir does not exist"),
+        (["tables", str(FIXTURES), "--analytic-mfu", "50"], "must be a fraction in (0, 1]"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(argv, expected, capsys, tmp_path):
+    assert cli.main(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_an_empty_folder_says_where_results_come_from(tmp_path, capsys):
+    assert cli.main(["tables", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "run suite-bench first" in capsys.readouterr().err
