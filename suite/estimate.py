@@ -1,0 +1,97 @@
+"""Predictions of a trial's memory and step time before it runs, behind one small interface.
+
+`Estimator` is what the search uses; `SimpleEstimator` is the first model (to be replaced
+by a better predictor without touching the search):
+
+- memory per device = model states (16 bytes/parameter for Adam, split by ZeRO stage as in
+  Rajbhandari et al.; offloaded parts leave a GPU but not a CPU worker's memory) +
+  activations (Korthikanti et al.: s*b*h*(34 + 5*a*s/h) bytes per layer at 16 bits, the
+  5as/h term gone with sdpa/flash, about 2*s*b*h with full recomputation) + logits.
+- step time in arbitrary units = hardware FLOPs per step per device, times a penalty for
+  communication and offload, over an efficiency that grows with the micro-batch. Only
+  ratios between predictions matter; the search calibrates them with measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from suite.config import ModelConfig, Trial
+
+GIB = 2**30
+# Fixed per-rank overhead beyond model states and activations (buffers, allocator slack).
+OVERHEAD_BYTES = 64 * 2**20
+# Tokens per device per micro-step at which throughput reaches half its plateau.
+HALF_EFFICIENCY_TOKENS = {"cpu": 64, "cuda": 2048}
+# Relative slowdown per method (a first guess; the search measures the truth).
+ZERO_PENALTY = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.15}
+OFFLOAD_PENALTY = {"none": 1.0, "optimizer": 1.5, "optimizer+params": 2.5}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    mem_gib: float
+    """Predicted peak memory per device."""
+    model_states_gib: float
+    """The part no micro-batch changes: a lower bound of mem_gib."""
+    step_time: float
+    """Predicted time per optimizer step, arbitrary units."""
+
+
+class Estimator(Protocol):
+    def estimate(self, t: Trial) -> Estimate: ...
+
+
+_counted: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+
+def _flops_and_params(m: ModelConfig, attention: str, recompute: str) -> tuple[float, int]:
+    """FLOPs per sample and parameters, counted once per (model, attention, recompute)."""
+    from suite.models import count_flops
+
+    key = (repr(m), attention, recompute)
+    if key not in _counted:
+        _counted[key] = count_flops(m, attention, recompute)
+    return _counted[key]
+
+
+class SimpleEstimator:
+    def model_states_bytes(self, t: Trial, n_params: int) -> float:
+        n, me, on_gpu = t.hardware.count, t.methods, t.hardware.device == "cuda"
+        weights, grads, optim = (4.0, 4.0, 8.0) if t.precision == "fp32" else (2.0, 2.0, 12.0)
+        if me.zero_stage >= 1:
+            optim /= n
+        if me.zero_stage >= 2:
+            grads /= n
+        if me.zero_stage == 3:
+            weights /= n
+        if on_gpu and me.offload != "none":
+            optim = 0.0
+        if on_gpu and me.offload == "optimizer+params":
+            weights = 0.0
+        return (weights + grads + optim) * n_params
+
+    def activation_bytes(self, t: Trial) -> float:
+        m, b = t.model, t.methods.micro_batch
+        s, h, a = t.tokens_per_sample, m.hidden, m.heads
+        scale = 2.0 if t.precision == "fp32" else 1.0
+        per_layer = s * b * h * 34 + (0 if t.methods.attention != "eager" else 5 * a * s * s * b)
+        if t.methods.recompute == "full":
+            layers = 2 * s * b * h * m.layers + per_layer  # checkpoints + one block being recomputed
+        else:
+            layers = per_layer * m.layers
+        logits = 0 if m.family == "vit" else 3 * 4 * b * s * m.vocab  # fp32 logits, softmax, grad
+        return scale * layers + logits
+
+    def estimate(self, t: Trial) -> Estimate:
+        me = t.methods
+        _, n_params = _flops_and_params(t.model, me.attention, "none")
+        hw_flops, _ = _flops_and_params(t.model, me.attention, me.recompute)
+        states = self.model_states_bytes(t, n_params) + OVERHEAD_BYTES
+        mem = states + self.activation_bytes(t)
+        tokens = me.micro_batch * t.tokens_per_sample
+        efficiency = tokens / (tokens + HALF_EFFICIENCY_TOKENS[t.hardware.device])
+        work = hw_flops * t.per_device_batch
+        penalty = ZERO_PENALTY[me.zero_stage] * OFFLOAD_PENALTY[me.offload]
+        return Estimate(mem / GIB, states / GIB, work * penalty / efficiency)

@@ -1,0 +1,332 @@
+"""Search logic (with a scripted machine), and real sweeps: grid, search, resume, W&B, progress."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import CPU_RECIPE, TINY, make_trial
+
+from suite import tracking
+from suite.cli import sweep_size
+from suite.config import SearchConfig, Trial
+from suite.estimate import Estimate, SimpleEstimator
+from suite.progress import Progress
+from suite.search import SearchReport, divisors, micro_batch_search, search, with_methods
+
+
+def scripted(limit: int, step_s, calls: list):
+    """A stand-in machine: micro-batches up to `limit` fit; step_s(trial) gives the time."""
+
+    def run(t: Trial) -> dict:
+        calls.append(t.methods.micro_batch)
+        ok = t.methods.micro_batch <= limit
+        return {
+            "trial_id": t.id,
+            "trial": t.to_dict(),
+            "wall_s": 1.0,
+            "outcome": "ok" if ok else "oom",
+            "message": "",
+            "metrics": {"step_time_s": step_s(t)} if ok else {},
+        }
+
+    return run
+
+
+def test_divisors_include_non_powers_of_two():
+    assert divisors(24) == [1, 2, 3, 4, 6, 8, 12, 24]
+
+
+@pytest.mark.parametrize(
+    "limit,start,expected_calls",
+    [
+        (6, 1, [1, 2, 4, 8, 6]),  # double up, fail at 8, bisect to 6; 4 (measured) is slower
+        (24, 4, [4, 8, 24, 12]),  # top reached: the top divisor is tried last; 12 slower
+        (2, 8, [8, 4, 2, 3, 1]),  # start too high: halve down to 2, bisect (3 fails); 1 slower
+        (0, 2, [2, 1]),  # nothing fits
+    ],
+)
+def test_micro_batch_search_doubles_then_bisects_on_real_failures(tiny, limit, start, expected_calls):
+    t = tiny("model.recipe.global_batch=48")  # 24 per device
+    calls: list[int] = []
+    report = SearchReport()
+    micro_batch_search(t, start, scripted(limit, lambda t: 10.0 / t.methods.micro_batch, calls), report)
+    assert calls == expected_calls
+    if limit:
+        name = next(iter(report.largest_fit))
+        assert report.largest_fit[name] == max(d for d in divisors(24) if d <= limit)
+        assert report.fastest_mb[name] == report.largest_fit[name]
+
+
+def test_micro_batch_search_keeps_timing_smaller_ones_while_faster(tiny):
+    t = tiny("model.recipe.global_batch=48")
+    calls: list[int] = []
+    report = SearchReport()
+    speed = {1: 9.0, 2: 5.0, 3: 4.0, 4: 3.0, 6: 3.5, 8: 3.9, 12: 4.0, 24: 5.0}
+    micro_batch_search(t, 8, scripted(12, lambda t: speed[t.methods.micro_batch], calls), report)
+    assert calls == [8, 24, 12, 6, 4, 3]  # 12 fits, then 6 and 4 are faster, 3 is not
+    assert list(report.fastest_mb.values()) == [4]
+
+
+class FixedEstimator:
+    """Predicts memory from the micro-batch and time from a table, so the test knows the answers."""
+
+    def __init__(self, time_of):
+        self.time_of = time_of
+
+    def estimate(self, t: Trial) -> Estimate:
+        return Estimate(mem_gib=0.1 * t.methods.micro_batch, model_states_gib=0.05, step_time=self.time_of(t))
+
+
+def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
+    base = tiny("hardware.mem_gib=0.45")
+    truth = {0: 1.0, 1: 1.1, 2: 1.3, 3: 2.0}  # seconds by ZeRO stage; predictions are exact
+    calls: list[int] = []
+    run = scripted(4, lambda t: truth[t.methods.zero_stage], calls)
+    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03)
+    report = search(base, cfg, run, FixedEstimator(lambda t: truth[t.methods.zero_stage]), log=lambda *_: None)
+    assert report.best["trial"]["methods"]["zero_stage"] == 0
+    assert "no remaining combination can beat" in report.stopped
+    assert {r["trial"]["methods"]["zero_stage"] for r in report.records} == {0}
+
+
+def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
+    base = tiny("hardware.mem_gib=0.01")  # model states alone (0.05 GiB predicted) exceed it
+    cfg = SearchConfig(zero_stages=[0, 1], offloads=["none", "optimizer"], recomputes=["none"])
+    report = search(base, cfg, scripted(4, lambda t: 1.0, []), FixedEstimator(lambda t: 1.0), log=lambda *_: None)
+    assert report.best is None and report.records == []
+    assert any("model states alone need" in s for s in report.set_aside)
+    assert any("needs sharding" in s for s in report.set_aside)  # zero0 + offload: invalid
+    base = tiny("hardware.mem_gib=1")
+    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], budget_s=2.0)
+    report = search(
+        base,
+        cfg,
+        scripted(4, lambda t: 1.0 + t.methods.zero_stage, []),
+        FixedEstimator(lambda t: 1.0),
+        log=lambda *_: None,
+    )
+    assert "budget" in report.stopped and report.trial_s >= 2.0
+
+
+def test_simple_estimator_orders_memory_as_zero_and_recompute_say(tiny):
+    est = SimpleEstimator()
+    t = tiny("hardware=cpu-x2", "methods.micro_batch=2")
+    mem = {z: est.estimate(with_methods(t, zero_stage=z)).mem_gib for z in (0, 1, 2, 3)}
+    assert mem[0] > mem[1] > mem[2] > mem[3]
+    big = make_trial(CPU_RECIPE + ["methods.micro_batch=4"])
+    rc = make_trial(CPU_RECIPE + ["methods.micro_batch=4", "methods.recompute=full"])
+    assert est.estimate(rc).mem_gib < est.estimate(big).mem_gib
+    assert est.estimate(rc).step_time > est.estimate(big).step_time
+
+
+def test_sweep_size_counts_the_basic_sweepers_jobs():
+    assert sweep_size({"methods.zero_stage": "0,1,2,3"}, ["model=a,b", "methods.recompute=none,full"]) == 16
+    assert sweep_size({"methods.zero_stage": "0,1,2,3"}, ["methods.zero_stage=0,1"]) == 2  # the command line wins
+    assert sweep_size({}, ["model=a"]) == 1
+
+
+def test_progress_prints_count_best_and_time_left_without_a_tty(tiny):
+    out = io.StringIO()
+    p = Progress(total=4, stream=out)
+    t = tiny()
+    rec = {"outcome": "ok", "trial": t.to_dict(), "metrics": {"step_time_s": 1.5}}
+    p.begin("x")
+    p.end(rec, "line one")
+    text = out.getvalue()
+    assert "line one" in text and "1/4 trials done" in text and "left" in text and "1.500 s/step" in text
+    assert "\r" not in text  # no live ticker in a log
+
+
+# --- real sweeps ---------------------------------------------------------------------------
+
+# Pythia-14M at sequence 128 on two workers of 0.45 GiB: micro-batch 4 runs out of memory.
+SMALL = CPU_RECIPE + ["model.recipe.seq_len=128", "hardware.mem_gib=0.45", "wandb.mode=disabled"]
+
+
+def cli(args: list[str], timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def small_grid(tmp_path_factory):
+    """A real Hydra multirun: ZeRO 0/1 x offload none/optimizer x micro-batch 1, 2, 4."""
+    d = tmp_path_factory.mktemp("grid")
+    out = cli(
+        [
+            "suite.cli",
+            "-m",
+            *SMALL,
+            f"store.dir={d}",
+            "methods.zero_stage=0,1",
+            "methods.offload=none,optimizer",
+            "methods.micro_batch=1,2,4,8",
+        ]
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return d, out
+
+
+@pytest.mark.slow
+def test_a_grid_through_hydra_multirun_records_every_outcome(small_grid):
+    d, out = small_grid
+    recs = [json.loads(p.read_text()) for p in d.glob("*.json")]
+    assert len(recs) == 12 and len({r["trial_id"] for r in recs}) == 12
+    outcomes = {r["outcome"] for r in recs}
+    assert {"ok", "oom", "invalid"} <= outcomes
+    invalid = [r for r in recs if r["outcome"] == "invalid"]
+    assert len(invalid) == 3 and all(r["wall_s"] == 0 for r in invalid)  # offload without sharding
+    assert all("needs sharding" in r["message"] for r in invalid)
+    assert "12/12 trials done" in out.stdout
+
+
+@pytest.mark.slow
+def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
+    d, _ = small_grid
+    out = cli(
+        [
+            "suite.search",
+            *SMALL,
+            f"store.dir={d}",
+            "search.zero_stages=[0,1]",
+            "search.offloads=[none,optimizer]",
+            "search.recomputes=[none]",
+        ]
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = json.loads((d / "search-pythia-14m-cpu-x2.json").read_text())
+    recs = {p.stem: json.loads(p.read_text()) for p in d.glob("*.json") if not p.name.startswith("search-")}
+    grid = [r for r in recs.values() if r["sweep"] == "adhoc" and r["outcome"] == "ok"]
+    winner = min(grid, key=lambda r: r["metrics"]["step_time_s"])
+    found = recs[log["best"]]
+    same = found["trial"]["methods"] == winner["trial"]["methods"]
+    assert same or found["metrics"]["step_time_s"] <= 1.03 * winner["metrics"]["step_time_s"]
+    assert "best:" in out.stdout and "days for 143,000 steps" in out.stdout
+    # The micro-batch limit it reports is real: that one ran, and the next divisor did not fit.
+    for name, mb in log["largest_fit"].items():
+        ran = [
+            r
+            for r in recs.values()
+            if r["trial_id"] in log["trials"]
+            and f"zero{r['trial']['methods']['zero_stage']} offload={r['trial']['methods']['offload']} " in name + " "
+        ]
+        by_mb = {r["trial"]["methods"]["micro_batch"]: r["outcome"] for r in ran}
+        assert by_mb[mb] == "ok"
+        bigger = [m for m in (1, 2, 4) if m > mb]
+        if bigger:
+            assert by_mb.get(bigger[0]) == "oom", (name, by_mb)
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path):
+    args = [
+        "suite.cli",
+        "-m",
+        *TINY,
+        "wandb.mode=disabled",
+        f"store.dir={tmp_path}",
+        "methods.zero_stage=0,1,2",
+        "methods.micro_batch=1,2",
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # well inside the third trial
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]  # workers died too
+    done_before = {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
+    assert 2 <= len(done_before) < 6
+    out = cli(args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    files = list(tmp_path.glob("*.json"))
+    recs = [json.loads(p.read_text()) for p in files]
+    assert len(files) == 6 and len({r["trial_id"] for r in recs}) == 6
+    assert all(r["outcome"] == "ok" for r in recs)
+    assert out.stdout.count("from store") == len(done_before)
+    for name, mtime in done_before.items():  # finished trials were not run again
+        assert (tmp_path / name).stat().st_mtime_ns == mtime
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def wandb_records(run_dir: Path) -> dict:
+    """Read an offline W&B run file (LevelDB-log framing of protobuf records): run, config, summary."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("run-*.wandb")).read_bytes()
+    pos, buf, found = 7, b"", {"summary": {}}
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if length == 0 and kind == 0:
+            break
+        buf += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            r = pb.Record()
+            r.ParseFromString(buf)
+            buf = b""
+            which = r.WhichOneof("record_type")
+            if which == "run":
+                found["run"] = r.run
+                found["config"] = {u.key: json.loads(u.value_json) for u in r.run.config.update}
+            elif which == "summary":
+                found["summary"].update({u.key: json.loads(u.value_json) for u in r.summary.update if u.key})
+    return found
+
+
+@pytest.mark.slow
+def test_wandb_offline_run_has_the_trial_config_and_summary(tmp_path, tiny):
+    out = cli(["suite.cli", *TINY, f"store.dir={tmp_path}", f"wandb.dir={tmp_path}", "store.sweep=wb"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    wb = wandb_records(runs[0])
+    assert wb["run"].run_group == "wb" and list(wb["run"].tags)[:2] == ["pythia-14m", "cpu-x2"]
+    assert wb["config"]["methods"] == rec["trial"]["methods"] and wb["config"]["trial_id"] == rec["trial_id"]
+    assert wb["summary"]["outcome"] == "ok"
+    assert wb["summary"]["step_time_s"] == pytest.approx(rec["metrics"]["step_time_s"])
+
+
+def test_a_broken_wandb_setup_is_a_warning_not_a_failed_trial(tmp_path, capsys, tiny):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")  # W&B cannot make its folder here
+    t = tiny()
+    rec = {
+        "trial_id": t.id,
+        "trial": t.to_dict(),
+        "sweep": "s",
+        "outcome": "ok",
+        "message": "",
+        "wall_s": 1.0,
+        "metrics": {"step_time_s": 1.0},
+    }
+    tracking.log_trial(rec, "offline", "p", str(blocker / "sub"))
+    assert "W&B logging failed, the trial result is kept" in capsys.readouterr().err
+    assert rec["outcome"] == "ok"
+
+
+@pytest.mark.slow
+def test_a_broken_wandb_setup_does_not_fail_a_real_trial(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    out = cli(["suite.cli", *TINY, f"store.dir={tmp_path}/store", f"wandb.dir={blocker}/sub"], env=dict(os.environ))
+    assert out.returncode == 0
+    assert "W&B logging failed" in out.stderr
+    assert json.loads(next((tmp_path / "store").glob("*.json")).read_text())["outcome"] == "ok"
