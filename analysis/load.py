@@ -38,6 +38,8 @@ from suite.config import Trial
 from suite.store import SCHEMA
 
 # Outcomes written by suite.launch (ok, oom, timeout, crashed, nan) and suite.cli (invalid, unsupported).
+NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
+OTHER_SCHEMAS = {"suite.search/1", "suite.benchmark/1"}  # search logs, benchmark summaries
 OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
 # Metrics an `ok` record must carry as numbers for any estimate to be made from it.
 REQUIRED_METRICS = ("step_time_s", "tokens_per_step", "tokens_per_s", "model_flops_per_token", "peak_mem_gib", "gas")
@@ -195,12 +197,20 @@ def load_results(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     root = Path(path)
     if not root.exists():
         raise ReportError(f"{root} does not exist; give a results folder such as results/runs")
-    files = sorted(root.rglob("*.json")) if root.is_dir() else [root]
+    # The suite's own non-trial files (W&B runs, Hydra sweeps, worker logs) are not results.
+    files = (
+        sorted(f for f in root.rglob("*.json") if not NOT_RESULTS & set(f.relative_to(root).parts[:-1]))
+        if root.is_dir()
+        else [root]
+    )
     rows, skipped = [], []
     for f in files:
         try:
             with open(f) as fh:
-                rows.append(row(json.load(fh), f))
+                rec = json.load(fh)
+            if isinstance(rec, dict) and rec.get("schema") in OTHER_SCHEMAS:
+                continue
+            rows.append(row(rec, f))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             skipped.append(f"skipped {f}: not readable JSON ({e})")
         except Malformed as e:

@@ -88,7 +88,7 @@ def main() -> None:
         pairs.append({"bare_step_time_s": b["step_time_s"], "suite_step_time_s": s["step_time_s"], "ratio": ratio})
         print(f"pair {i + 1}: bare {b['step_time_s']:.4f} s, suite {s['step_time_s']:.4f} s, ratio {ratio:.3f}")
     result = {
-        "benchmark": "harness_overhead",
+        "schema": "suite.benchmark/1", "benchmark": "harness_overhead",
         "overrides": OVERRIDES,
         "trial": t.to_dict(),
         "pairs": pairs,

@@ -72,7 +72,7 @@ def main() -> None:
     total = {k: sum(r[k] for r in rows) for k in ("grid_trials_launched", "grid_trial_s", "search_trials_launched",
                                                   "search_trial_s")}
     total["search_share_of_grid_time"] = total["search_trial_s"] / total["grid_trial_s"]
-    out = {"benchmark": "search_vs_grid", "models": rows, "total": total, "target_share": 0.30,
+    out = {"schema": "suite.benchmark/1", "benchmark": "search_vs_grid", "models": rows, "total": total, "target_share": 0.30,
            "provenance": store.provenance("cpu")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
