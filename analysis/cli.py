@@ -2,6 +2,7 @@
 
     suite-report tables results/                  # Markdown to the terminal; .md, .csv, .tex files written
     suite-report export results/ model=pythia-1b hardware=a6000-x4
+    suite-report leaderboard results/ -o leaderboard/index.html   # one HTML file with data and plots inlined
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
 arguments and a function running it. A bad path, argument or price table exits 2 with a
@@ -113,6 +114,20 @@ def run_export(args: argparse.Namespace) -> None:
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
 
 
+def add_leaderboard(p: argparse.ArgumentParser) -> None:
+    add_common(p)
+    p.add_argument("-o", "--out", type=Path, default=Path("reports/leaderboard/index.html"), help="the HTML file")
+
+
+def run_leaderboard(args: argparse.Namespace) -> None:
+    from leaderboard.render import write_leaderboard
+
+    path, skipped = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu)
+    for message in skipped:
+        print(message, file=sys.stderr)
+    print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
@@ -129,6 +144,7 @@ COMMANDS = (
         add_export,
         run_export,
     ),
+    Command("leaderboard", "the HTML leaderboard: sortable table, plots, provenance", add_leaderboard, run_leaderboard),
 )
 
 

@@ -1,0 +1,139 @@
+"""The leaderboard page: trial results as one self-contained HTML file, opened from disk.
+
+`page()` turns a frame from `analysis.load` + `analysis.estimates` into the HTML: the
+template, style and script (page.html, page.css, page.js) and the data are inlined, so the
+file needs no server and no network. Every figure comes from `analysis` (estimates,
+best per budget, the exported winner); this module computes none.
+
+Strings from configs and results travel only inside a `<script type="application/json">`
+block with `<`, `>` and `&` escaped, and page.js puts them on the page as text, never as
+markup. A Content-Security-Policy allows only this page's own script and style, by hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import ReportError
+from analysis.estimates import ANALYTIC_MFU, add_estimates
+from analysis.export import export_winner
+from analysis.load import load_results
+from analysis.prices import PRICES_DIR, Prices, load_prices
+from analysis.tables import best_per_budget
+
+# The frame's columns the page shows or draws (analysis.load and analysis.estimates document them).
+COLUMNS = (
+    "trial_id", "model", "recipe", "hardware", "device", "gpu_name", "n_gpus", "mem_budget_gib",
+    "outcome", "message", "config", "zero_stage", "offload", "recompute", "micro_batch", "gas",
+    "attention", "compile", "precision", "step_time_s", "step_time_std_s", "noisy", "tokens_per_s",
+    "mfu", "peak_mem_gib", "days", "gpu_hours", "cloud_cost_usd", "cloud_price_source",
+    "owned_cost_usd", "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
+)  # fmt: skip
+# What a JSON string may not carry unescaped inside a <script> element.
+JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _asset(name: str) -> str:
+    return resources.files("leaderboard").joinpath(name).read_text(encoding="utf-8")
+
+
+def _plain(v: Any) -> Any:
+    """A frame value as plain Python: numpy scalars unwrapped, NaN and NA as None."""
+    if pd.api.types.is_scalar(v) and pd.isna(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinity (a diverged loss in a stored record) as null: JSON has neither."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+
+
+def script_json(obj: Any) -> str:
+    """JSON that is safe as the text of a <script> element: no `</script>`, no `<!--`."""
+    text = json.dumps(_finite(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return re.sub("[<>&\u2028\u2029]", lambda m: JSON_ESCAPES[m.group()], text)
+
+
+def _record(path: str) -> dict[str, Any]:
+    """The stored record of a row, for its provenance and full metrics (the frame keeps neither whole)."""
+    with open(path) as f:
+        rec = json.load(f)
+    return {k: rec.get(k) for k in ("sweep", "trial", "metrics", "provenance", "wall_s")} | {"file": path}
+
+
+def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
+    w = export_winner(df, None, None, trial_id=trial_id)
+    return [
+        {"label": "Export: DeepSpeed config (ds_config.json)", "text": json.dumps(w.ds_config, indent=2)},
+        {"label": "Export: Hugging Face TrainingArguments", "text": json.dumps(w.training_args, indent=2)},
+        {"label": "Export: launch command", "text": w.launch_command},
+    ]
+
+
+def payload(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -> dict[str, Any]:
+    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export."""
+    best = set(best_per_budget(df)["trial_id"])
+    rows = []
+    for _, r in df.iterrows():
+        row = {k: _plain(r[k]) for k in COLUMNS}
+        row["best"] = r["trial_id"] in best
+        row["record"] = _record(r["file"])
+        row["exports"] = _exports(df, r["trial_id"]) if r["outcome"] == "ok" else []
+        rows.append(row)
+    return {
+        "source": source,
+        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "skipped": skipped,
+        "price_note": (
+            "Cloud cost: GPU-hours \u00d7 the on-demand price per GPU-hour in the price table (its source and date "
+            f"are in each row's details). Owned cost: {prices.owned_source}, hardware amortized over "
+            f"{prices.amortization_years:g} years. n/a: no price applies (CPU, or a GPU without a price)."
+        ),
+        "rows": rows,
+    }
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def page(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -> str:
+    """The leaderboard of an estimated frame (analysis.estimates.add_estimates) as one HTML document."""
+    style, script = _asset("page.css"), _asset("page.js")
+    csp = (
+        f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+    parts = {"csp": csp, "style": style, "script": script, "data": script_json(payload(df, skipped, source, prices))}
+    # One pass over the template: text put in is never scanned for placeholders again.
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
+
+
+def write_leaderboard(
+    results: str | Path, out: str | Path, prices_dir: str | Path = PRICES_DIR, analytic_mfu: float = ANALYTIC_MFU
+) -> tuple[Path, list[str]]:
+    """Load every result under `results`, estimate, and write the page to `out`; returns it and the files skipped."""
+    df, skipped = load_results(results)
+    if df.empty:
+        raise ReportError(f"no trial results under {results}; run suite-bench first (results land in results/runs)")
+    prices = load_prices(prices_dir)
+    html = page(add_estimates(df, prices, analytic_mfu), skipped, str(results), prices)
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(html, encoding="utf-8")
+    return target, skipped

@@ -1,0 +1,280 @@
+"""The leaderboard page: built from real trial results, checked in a real headless browser.
+
+The results are the real CPU trial files of tests/fixtures/results (made by suite-bench:
+runs, out-of-memory and invalid outcomes on cpu-x1, cpu-x2 and cpu-x2-1gb). The
+GPU-shaped budgets and the hostile model name are copies of those real records with only
+their identity changed (hardware profile and count, model name, trial id): their
+measurements are the CPU ones, which is all the page needs to be tested.
+
+The browser is Debian's `chromium` driven by Selenium through `chromium-driver`; without
+them the browser tests skip. A screenshot is saved to tests/artifacts/leaderboard.png.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from analysis.cli import main as report_main
+from analysis.estimates import add_estimates
+from analysis.load import load_results
+from analysis.prices import gpu_profile, load_prices
+from analysis.tables import best_per_budget
+from leaderboard.callback import WriteLeaderboard
+from leaderboard.render import script_json, write_leaderboard
+from suite.config import Trial
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+HOSTILE = '<script>window.__pwned=1;alert(1)</script><img src=x onerror="window.__pwned=2">'
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1366,900", "--hide-scrollbars",
+)  # fmt: skip
+# GPU-shaped budgets of a "pythia-160m": (GPU profile, count) <- the real records of (model, hardware).
+GPU_BUDGETS = {
+    ("a6000", 1): ("pythia-31m", "cpu-x2-1gb"),
+    ("a6000", 2): ("pythia-14m", "cpu-x2"),
+    ("a6000", 4): ("pythia-14m", "cpu-x1"),
+    ("rtx-3090", 2): ("pythia-31m", "cpu-x2"),
+    ("rtx-3090", 4): ("pythia-14m", "cpu-x2-1gb"),
+}
+
+
+def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
+    """A copy of a real record with only its identity changed: hardware, model name, trial id."""
+    rec = copy.deepcopy(rec)
+    rec["trial"]["hardware"].update(gpu_profile(gpu), name=f"{gpu}-x{count}", count=count)
+    rec["trial"]["model"]["name"] = model
+    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    return rec
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("results")
+    real = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
+    for rec in real:
+        (d / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
+    copies = [
+        relabel(rec, "pythia-160m", gpu, n)
+        for (gpu, n), source in GPU_BUDGETS.items()
+        for rec in real
+        if (rec["trial"]["model"]["name"], rec["trial"]["hardware"]["name"]) == source
+    ]
+    copies.append(relabel(next(r for r in real if r["outcome"] == "ok"), HOSTILE, "a6000", 2))
+    for rec in copies:
+        (d / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
+    (d / "torn.json").write_text('{"schema": "suite.trial/1", ')
+    return d
+
+
+@pytest.fixture(scope="module")
+def frame(results) -> pd.DataFrame:
+    """What analysis makes of the results: the page must show the same rows and winners."""
+    return add_estimates(load_results(results)[0], load_prices())
+
+
+@pytest.fixture(scope="module")
+def page(results, tmp_path_factory) -> Path:
+    out, skipped = write_leaderboard(results, tmp_path_factory.mktemp("page") / "index.html")
+    assert len(skipped) == 1 and "torn.json" in skipped[0]
+    return out
+
+
+# ---- the HTML file itself --------------------------------------------------------------------
+
+
+def test_page_is_one_self_contained_file_with_escaped_data(page):
+    html = page.read_text()
+    assert html.count("<script") == 2  # the JSON data block and the page's own script
+    assert "<script>window.__pwned" not in html and "<img" not in html
+    assert "\\u003cscript\\u003ewindow.__pwned" in html
+    head, data = html.split('<script id="leaderboard-data" type="application/json">')
+    code = head + data.split("</script>", 1)[1]  # everything but the data
+    for external in ("<link", " src=", "href=", "@import", "url(", "fetch(", "XMLHttpRequest", "import("):
+        assert external not in code
+    assert "script-src 'sha256-" in html and "default-src 'none'" in html
+
+
+def test_script_json_round_trips_and_cannot_end_its_script_element():
+    obj = {"model": "</script><!--", "loss": [1.5, math.nan, math.inf], "&": "\u2028"}
+    text = script_json(obj)
+    assert not set("<>&\u2028") & set(text)
+    assert json.loads(text) == {"model": "</script><!--", "loss": [1.5, None, None], "&": "\u2028"}
+
+
+def test_cli_writes_the_leaderboard(results, tmp_path, capsys):
+    out = tmp_path / "board" / "index.html"
+    assert report_main(["leaderboard", str(results), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert str(out.resolve()) in captured.out and "torn.json" in captured.err
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert report_main(["leaderboard", str(tmp_path / "missing"), "-o", str(out)]) == 2
+
+
+def test_sweep_callback_writes_the_leaderboard_next_to_the_results(results, tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(results, store)
+    WriteLeaderboard().on_multirun_end(OmegaConf.create({"store": {"dir": str(store)}}))
+    assert (store / "leaderboard.html").exists()
+    assert f"Leaderboard: {(store / 'leaderboard.html').resolve()}" in capsys.readouterr().out
+
+
+# ---- in a real browser -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    if not (CHROMIUM and DRIVER):
+        pytest.skip("Debian's chromium and chromium-driver are missing (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def board(browser, page):
+    browser.get(page.as_uri())
+    yield browser
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
+def cells(driver, column: str, body: str = "#rows-ok") -> list[str]:
+    """The text of one column in the visible rows of `body` (#rows-ok: the ones that ran, #table: all)."""
+    index = driver.execute_script(
+        "return [...document.querySelectorAll('#head th')].findIndex(th => th.dataset.key === arguments[0]);", column
+    )
+    return driver.execute_script(
+        f"return [...document.querySelectorAll('{body} tr.row')].map(tr => tr.children[arguments[0]].textContent);",
+        index,
+    )
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "").replace("$", "").replace("noisy", ""))
+
+
+def test_page_loads_from_file_with_every_result(board, frame):
+    from selenium.webdriver.common.by import By
+
+    assert board.current_url.startswith("file://")
+    assert sorted(board.execute_script("return [...document.querySelectorAll('tr.row')].map(tr => tr.dataset.id)")) == (
+        sorted(frame["trial_id"])
+    )
+    n = len(frame)
+    assert f"Showing {n} of {n} results" in board.find_element(By.ID, "count").text
+    assert "torn.json" in board.find_element(By.ID, "skipped").text
+    # Failed configurations are set apart, below the ones that ran; the winners are analysis's.
+    assert sorted(cells(board, "outcome", body="#rows-failed")) == sorted(frame.loc[frame.outcome != "ok", "outcome"])
+    best = board.execute_script(
+        "return [...document.querySelectorAll('#rows-ok tr.row.best')].map(tr => tr.dataset.id)"
+    )
+    assert sorted(best) == sorted(best_per_budget(frame)["trial_id"])
+
+
+def test_sorting_by_days_orders_the_rows(board):
+    from selenium.webdriver.common.by import By
+
+    days = board.find_element(By.CSS_SELECTOR, "th[data-key=days] button")
+    days.click()
+    ascending = [number(t) for t in cells(board, "days")]
+    assert ascending == sorted(ascending) and len(set(ascending)) > 1
+    days.click()
+    assert [number(t) for t in cells(board, "days")] == sorted(ascending, reverse=True)
+    assert board.find_element(By.CSS_SELECTOR, "th[data-key=days]").get_attribute("aria-sort") == "descending"
+
+
+def test_filters_hide_the_other_rows(board, frame):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(board.find_element(By.ID, "f-hardware")).select_by_value("a6000-x1")
+    assert sorted(cells(board, "config", body="#table")) == sorted(frame.loc[frame.hardware == "a6000-x1", "config"])
+    Select(board.find_element(By.ID, "f-hardware")).select_by_value("")
+    board.find_element(By.ID, "f-search").send_keys("recompute 3090")
+    hit = frame[frame.hardware.str.startswith("rtx-3090") & frame.config.str.contains("recompute")]
+    assert sorted(cells(board, "config", body="#table")) == sorted(hit["config"]) and len(hit) > 0
+    board.find_element(By.ID, "f-search").clear()
+    board.find_element(By.ID, "f-best").click()
+    assert len(cells(board, "model", body="#table")) == len(best_per_budget(frame))
+
+
+def test_plots_render(board, frame):
+    from selenium.webdriver.common.by import By
+
+    def count(selector: str) -> int:
+        return len(board.find_elements(By.CSS_SELECTOR, selector))
+
+    assert count("#plot-days svg") == frame["model"].nunique()  # one recipe per model here
+    lines = board.execute_script(
+        "return [...document.querySelectorAll('#plot-days .panel')]"
+        ".filter(p => p.querySelector('h4').textContent === 'pythia-160m')"
+        ".map(p => p.querySelectorAll('polyline').length);"
+    )
+    assert lines == [2]  # pythia-160m: one line per GPU type (A6000, RTX 3090) across its GPU counts
+    assert count("#plot-front svg") == 6 and count("#plot-front circle.point") >= 6
+    assert count("#plot-fit svg") == 6 and count("#plot-fit rect") >= 8
+    assert "OOM" in board.find_element(By.ID, "plot-fit").text
+    box = board.find_element(By.CSS_SELECTOR, "#plot-days svg").rect
+    assert box["width"] > 300 and box["height"] > 150
+
+
+def test_a_hostile_model_name_is_text_and_runs_nothing(board):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    with pytest.raises(NoAlertPresentException):
+        board.switch_to.alert.text  # noqa: B018 - reading it is what raises
+    assert board.execute_script("return window.__pwned") is None
+    assert board.execute_script("return document.scripts.length") == 2
+    assert board.find_elements(By.TAG_NAME, "img") == []
+    assert HOSTILE in cells(board, "model")
+    assert HOSTILE in [o.text for o in board.find_elements(By.CSS_SELECTOR, "#f-model option")]
+    assert HOSTILE in board.find_element(By.ID, "plot-days").text
+
+
+def test_a_row_opens_to_its_provenance_and_export_and_a_screenshot_is_saved(board):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(board.find_element(By.ID, "f-model")).select_by_value("pythia-160m")
+    board.find_element(By.CSS_SELECTOR, "#rows-ok tr.row.best").click()
+    detail = board.find_element(By.CSS_SELECTOR, "tr.detail")
+    text = detail.text
+    for heading in ("Trial", "Measurement", "Time to train and cost", "Provenance", "git revision", "versions"):
+        assert heading in text
+    summaries = [s.text for s in detail.find_elements(By.TAG_NAME, "summary")]
+    assert "Export: DeepSpeed config (ds_config.json)" in summaries
+    exported = detail.find_elements(By.TAG_NAME, "details")[1]
+    exported.find_element(By.TAG_NAME, "summary").click()
+    assert '"zero_optimization"' in exported.find_element(By.TAG_NAME, "pre").text
+    Select(board.find_element(By.ID, "f-model")).select_by_value("")  # the whole board, that row still open
+    assert len(board.find_elements(By.CSS_SELECTOR, "tr.detail")) == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = board.execute_script("return document.documentElement.scrollHeight")
+    board.set_window_size(1366, min(height + 40, 8000))
+    board.save_screenshot(str(ARTIFACTS / "leaderboard.png"))
+    assert (ARTIFACTS / "leaderboard.png").stat().st_size > 10_000
