@@ -12,4 +12,4 @@ else
   echo "No CUDA GPU found: running the CPU demo sweep"
   suite-bench -m experiment=cpu-demo "$@"
 fi
-echo "Results: $(pwd)/results/runs/ (one JSON file per trial)"
+echo "Results: $(pwd)/results/runs/ (one JSON file per trial); tables: suite-report tables results/runs"
