@@ -137,6 +137,35 @@ class DebugConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """Slurm: where sweep jobs run (`hydra/launcher=slurm`) and how many nodes a trial spans.
+
+    Users edit conf/cluster/default.yaml, or add conf/cluster/NAME.yaml and pick it with
+    `cluster=NAME`. Each job's GPUs, CPUs, memory and time limit are derived from its trial
+    (`suite.slurm.resources`); the three overrides below replace the derived value when set.
+    """
+
+    nodes: int = 1
+    """Nodes per trial, one launcher agent each; the trial spans nodes * hardware.count devices."""
+    partition: str = ""
+    """Slurm partition; empty: the cluster's default."""
+    account: str = ""
+    qos: str = ""
+    sbatch: dict[str, Any] = field(default_factory=dict)
+    """Further sbatch options by long name, e.g. {constraint: a100, mail-type: FAIL}."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines a job runs before the trial (module load ..., source .venv/bin/activate)."""
+    cpus_per_gpu: int = 8
+    """CPU cores asked per GPU (for the ranks and CPU offload); a CPU trial asks one per worker."""
+    cpus_per_node: int = 0
+    """Override: CPU cores per node (0: derived)."""
+    mem_gb: int = 0
+    """Override: host memory per node in GB (0: derived)."""
+    time_min: int = 0
+    """Override: the job's time limit in minutes (0: derived from measure.timeout_s)."""
+
+
+@dataclass
 class StoreConfig:
     dir: str = "results/runs"
     """One JSON file per trial lands here, named by the trial id."""
@@ -151,6 +180,7 @@ class Config:
     methods: MethodsConfig = field(default_factory=MethodsConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
 
 
@@ -167,6 +197,8 @@ class Trial:
     methods: MethodsConfig
     measure: MeasureConfig
     debug: DebugConfig
+    nodes: int = 1
+    """Nodes the trial spans (`cluster.nodes`), each with hardware.count devices."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trial:
@@ -178,6 +210,7 @@ class Trial:
             methods=MethodsConfig(**d["methods"]),
             measure=MeasureConfig(**d["measure"]),
             debug=DebugConfig(**d.get("debug", {})),
+            nodes=d.get("nodes", 1),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,6 +221,8 @@ class Trial:
         d = self.to_dict()
         d["measure"].pop("rerun")  # how to run it, not what is measured
         d["measure"].pop("timeout_s")
+        if d["nodes"] == 1:
+            d.pop("nodes")  # one-node ids predate the field and stay as they were
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -198,8 +233,13 @@ class Trial:
         return self.model.recipe.precision if p == "recipe" else p
 
     @property
+    def devices(self) -> int:
+        """Devices (ranks) over all nodes: the recipe's global batch is split over them."""
+        return self.nodes * self.hardware.count
+
+    @property
     def per_device_batch(self) -> int:
-        return self.model.recipe.global_batch // self.hardware.count
+        return self.model.recipe.global_batch // self.devices
 
     @property
     def gas(self) -> int:
@@ -257,6 +297,7 @@ def problems(t: Trial) -> list[str]:
     _positive(p, "hardware.count", hw.count)
     if hw.device == "cuda" and hw.count not in GPU_COUNTS:
         p.append(f"hardware.count={hw.count} is not a GPU count of one node; choose one of {GPU_COUNTS}")
+    _positive(p, "cluster.nodes", t.nodes)
     if hw.mem_gib < 0:
         p.append(f"hardware.mem_gib={hw.mem_gib} must be >= 0")
 
@@ -279,13 +320,14 @@ def problems(t: Trial) -> list[str]:
         p.append("methods.attention=flash_attention_2 needs bf16 or fp16; set methods.precision")
     if me.attention == "flash_attention_2" and m.family not in ("gpt_neox", "llama", "gpt2"):
         p.append(f"methods.attention=flash_attention_2 is not available for model.family={m.family}")
-    if r.global_batch > 0 and hw.count > 0:
-        if r.global_batch % hw.count:
-            p.append(f"model.recipe.global_batch={r.global_batch} is not divisible by hardware.count={hw.count}")
+    if r.global_batch > 0 and hw.count > 0 and t.nodes > 0:
+        over = f"hardware.count={hw.count}" + (f" x cluster.nodes={t.nodes}" if t.nodes > 1 else "")
+        if r.global_batch % t.devices:
+            p.append(f"model.recipe.global_batch={r.global_batch} is not divisible by {over}")
         elif me.micro_batch > 0 and t.per_device_batch % me.micro_batch:
             p.append(
                 f"methods.micro_batch={me.micro_batch} does not divide the per-device batch "
-                f"{t.per_device_batch} (global {r.global_batch} / {hw.count} devices)"
+                f"{t.per_device_batch} (global {r.global_batch} / {t.devices} devices)"
             )
 
     for k in ("warmup_steps", "timed_steps", "max_micro_steps", "timeout_s"):

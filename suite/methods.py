@@ -26,7 +26,7 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": me.micro_batch,
         "gradient_accumulation_steps": gas,
-        "train_batch_size": me.micro_batch * gas * t.hardware.count,
+        "train_batch_size": me.micro_batch * gas * t.devices,
         "gradient_clipping": r.grad_clip,
         "zero_optimization": zero,
         "steps_per_print": 10**9,

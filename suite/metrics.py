@@ -76,7 +76,7 @@ def summarize(
         "optimizer_time_s": statistics.fmean(optimizer_s),
         "tokens_per_step": tokens_per_step,
         "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_device": tokens_per_s / t.hardware.count,
+        "tokens_per_s_per_device": tokens_per_s / t.devices,
         "samples_per_s": samples_per_step / step["mean"],
         "model_flops_per_token": flops_per_sample / t.tokens_per_sample,
         "hardware_flops_per_token": hw_flops_per_sample / t.tokens_per_sample,
@@ -85,7 +85,7 @@ def summarize(
     }
     peak = peak_flops(t)
     if peak:
-        denom = t.hardware.count * peak
+        denom = t.devices * peak
         out["mfu"] = out["model_flops_per_token"] * tokens_per_s / denom
         out["hfu"] = out["hardware_flops_per_token"] * tokens_per_s / denom
         if out["mfu"] > 1.0:
