@@ -1,5 +1,9 @@
 """Run one trial in fresh worker processes and turn whatever happens into an outcome.
 
+A multi-node trial runs one such launcher per node (its `Node`: node rank and rank 0's
+address, see `suite.cluster`); each starts its node's ranks and only node 0's rank 0
+writes the result.
+
 Each rank is its own process group, so a timeout or a failure kills every rank and all
 their children; no worker outlives its trial and no failure reaches the caller.
 
@@ -33,27 +37,38 @@ class Outcome:
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Node:
+    """This launcher's part of a trial: which node it is and where rank 0 listens."""
+
+    rank: int = 0
+    master_addr: str = "127.0.0.1"
+    port: int = 0
+    """0: any free local port (a one-node trial)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def worker_env(t: Trial, rank: int, port: int) -> dict[str, str]:
+def worker_env(t: Trial, local_rank: int, port: int, node: Node = Node()) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(t.hardware.count),
+        RANK=str(node.rank * t.hardware.count + local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(t.devices),
         LOCAL_WORLD_SIZE=str(t.hardware.count),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR=node.master_addr,
         MASTER_PORT=str(port),
         PYTHONUNBUFFERED="1",
     )
     if t.hardware.device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
-        # Share the machine's cores between ranks instead of oversubscribing them.
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // t.hardware.count)))
+        # Share the cores this launcher may use (a Slurm job's, not the whole machine's)
+        # between its ranks instead of oversubscribing them.
+        env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // t.hardware.count)))
     return env
 
 
@@ -75,10 +90,13 @@ def _tail(path: str, n: int = 2000) -> str:
         return ""
 
 
-def _failure(out_dir: str, procs: list[subprocess.Popen], first: int) -> Outcome:
-    """The root cause: an out-of-memory or NaN on any rank, else the first rank to fail."""
+def _failure(out_dir: str, procs: list[subprocess.Popen], first: int, base: int) -> Outcome:
+    """The root cause: an out-of-memory or NaN on any rank, else the first rank to fail.
+
+    `procs[i]` is global rank `base + i`; `first` is a global rank.
+    """
     errors = {}
-    for rank in range(len(procs)):
+    for rank in range(base, base + len(procs)):
         path = os.path.join(out_dir, f"error-rank{rank}.json")
         if os.path.exists(path):
             with open(path) as f:
@@ -89,28 +107,33 @@ def _failure(out_dir: str, procs: list[subprocess.Popen], first: int) -> Outcome
                 return Outcome(kind, f"rank {rank}: {e['message']}")
     if first in errors:
         return Outcome("crashed", f"rank {first}: {errors[first]['message']}")
-    rc = procs[first].returncode  # died without a word: a signal or a hard crash
+    rc = procs[first - base].returncode  # died without a word: a signal or a hard crash
     cause = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+    if rc == -signal.SIGTERM and "SLURM_JOB_ID" in os.environ:
+        cause += f" (Slurm is ending job {os.environ['SLURM_JOB_ID']}: scancel, its time limit or preemption)"
     log = _tail(os.path.join(out_dir, f"rank{first}.log"), 600).strip().splitlines()
     return Outcome("crashed", f"rank {first} {cause}" + (f"; last output: {log[-1]}" if log else ""))
 
 
-def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
-    """Launch the trial's ranks, wait for them within the timeout, and collect the outcome."""
+def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Outcome:
+    """Launch the trial's ranks on this node, wait for them within the timeout, and collect
+    the outcome. On a node other than 0, `ok` means its ranks finished (node 0 has the metrics).
+    """
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"trial-{t.id}-") as out_dir:
         spec = os.path.join(out_dir, "trial.json")
         with open(spec, "w") as f:
             json.dump(t.to_dict(), f)
-        port = free_port()
+        port = node.port or free_port()
+        base = node.rank * t.hardware.count  # global rank of this node's first rank
         procs: list[subprocess.Popen] = []
         try:
-            for rank in range(t.hardware.count):
-                log = open(os.path.join(out_dir, f"rank{rank}.log"), "w")
+            for local in range(t.hardware.count):
+                log = open(os.path.join(out_dir, f"rank{base + local}.log"), "w")
                 procs.append(
                     subprocess.Popen(
                         [sys.executable, "-m", "suite.worker", spec, out_dir],
-                        env=worker_env(t, rank, port),
+                        env=worker_env(t, local, port, node),
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
@@ -118,12 +141,12 @@ def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
                     )
                 )
                 log.close()
-            result = _wait(t, procs, out_dir, start)
+            result = _wait(t, procs, out_dir, start, base)
         finally:
             kill_all(procs)
             if keep_logs:
                 os.makedirs(keep_logs, exist_ok=True)
-                for rank in range(len(procs)):
+                for rank in range(base, base + len(procs)):
                     src = os.path.join(out_dir, f"rank{rank}.log")
                     if os.path.exists(src):
                         os.replace(src, os.path.join(keep_logs, f"{t.id}-rank{rank}.log"))
@@ -131,11 +154,13 @@ def run_trial(t: Trial, keep_logs: str | None = None) -> Outcome:
     return result
 
 
-def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float) -> Outcome:
+def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, base: int) -> Outcome:
     deadline = start + t.measure.timeout_s
     failed_at, first = None, -1
     while True:
         codes = [p.poll() for p in procs]
+        if all(c == 0 for c in codes) and base > 0:
+            return Outcome("ok", f"its ranks {base}..{base + len(procs) - 1} finished; node 0 records the result")
         if all(c == 0 for c in codes):
             path = os.path.join(out_dir, "result.json")
             if not os.path.exists(path):
@@ -144,10 +169,10 @@ def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float) -
                 return Outcome("ok", metrics=json.load(f))
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
-            first = next(r for r, c in enumerate(codes) if c not in (None, 0))
+            first = base + next(r for r, c in enumerate(codes) if c not in (None, 0))
         if failed_at is not None and (all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S):
             kill_all(procs)
-            return _failure(out_dir, procs, first)
+            return _failure(out_dir, procs, first, base)
         if time.monotonic() > deadline:
             kill_all(procs)
             return Outcome("timeout", f"no result within measure.timeout_s={t.measure.timeout_s:g}")
