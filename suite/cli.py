@@ -6,6 +6,8 @@
 A single run with bad values exits 2 listing every problem. In a multirun a bad
 combination is recorded as `invalid` and the sweep goes on; a trial already in the store
 is served from it unless `measure.rerun=true` (a `crashed` one is always run again).
+With `hydra/launcher=slurm` each trial is a Slurm job (suite/slurm.py); `cluster.nodes=N`
+spreads one trial over N nodes (suite/cluster.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from suite import launch, store
+from suite import cluster, launch, store
 from suite.config import Trial, problems, register, unsupported
 
 RETRIED = ("crashed",)  # most often the environment or a bug since fixed: measured again
@@ -27,7 +29,8 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 def trial_from_cfg(cfg: DictConfig) -> Trial:
     d = OmegaConf.to_container(cfg, resolve=True)
-    return Trial.from_dict({k: d[k] for k in ("model", "hardware", "methods", "measure", "debug")})
+    spec = {k: d[k] for k in ("model", "hardware", "methods", "measure", "debug")}
+    return Trial.from_dict({**spec, "nodes": d["cluster"]["nodes"]})
 
 
 def describe(t: Trial) -> str:
@@ -52,9 +55,34 @@ def summary_line(rec: dict, t: Trial, source: str) -> str:
     )
 
 
+def served(t: Trial, store_dir: str) -> dict | None:
+    """The stored record that stands for this trial, or None when it is to be measured."""
+    cached = store.load(store_dir, t.id)
+    if cached is not None and cached["outcome"] not in RETRIED and not t.measure.rerun:
+        cached["_source"] = "from store"
+        return cached
+    return None
+
+
+def node_here(t: Trial, in_sweep: bool) -> launch.Node:
+    """This process's node of the trial; a single run that cannot span its nodes exits 2."""
+    try:
+        return cluster.node_of(t)
+    except cluster.ClusterError as e:
+        if in_sweep:
+            raise
+        print(f"Cannot run this trial here: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
 def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool) -> dict:
     """Run (or fetch) one trial and return its stored record."""
+    node = node_here(t, in_sweep)
     found = problems(t)
+    logs = str(Path(store_dir) / "logs")
+    if node.rank > 0:  # a further node of a multi-node trial: node 0 decides and records
+        run = not found and served(t, store_dir) is None and unsupported(t) is None
+        return cluster.follow(t, node, sweep, run, logs)
     if found:
         if not in_sweep:
             print(f"Invalid trial ({len(found)} problem{'s' * (len(found) > 1)}):", file=sys.stderr)
@@ -64,17 +92,17 @@ def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool) -> dict:
         rec = store.record(t, sweep, "invalid", "; ".join(found), {}, 0.0)
         store.save(store_dir, rec)
         return rec
-    cached = store.load(store_dir, t.id)
-    if cached is not None and cached["outcome"] not in RETRIED and not t.measure.rerun:
-        cached["_source"] = "from store"
-        return cached
-    why = unsupported(t)
-    if why:
-        rec = store.record(t, sweep, "unsupported", why, {}, 0.0)
-    else:
-        o = launch.run_trial(t, keep_logs=str(Path(store_dir) / "logs"))
-        rec = store.record(t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
-    store.save(store_dir, rec)
+    with store.claim(store_dir, t.id, t.measure.timeout_s):  # jobs sharing the store measure it once
+        cached = served(t, store_dir)
+        if cached is not None:
+            return cached
+        why = unsupported(t)
+        if why:
+            rec = store.record(t, sweep, "unsupported", why, {}, 0.0)
+        else:
+            o = launch.run_trial(t, keep_logs=logs, node=node)
+            rec = store.record(t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
+        store.save(store_dir, rec)
     return rec
 
 
