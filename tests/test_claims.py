@@ -1,0 +1,79 @@
+"""Many jobs, one results directory: no lost, torn or duplicated result.
+
+Writers race on real files and processes; a claim on a trial is held by a real process
+and dies with it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import TINY, make_trial
+
+from suite import store
+from suite.cli import run_one
+
+HOLD = """
+import sys, time
+from suite import store
+with store.claim(sys.argv[1], "t1", 0):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def _write_many(d: str, writer: int) -> None:
+    for i in range(30):
+        # Half the ids are shared by every writer, half are this writer's own.
+        tid = f"shared{i % 5}" if i % 2 else f"w{writer}-{i}"
+        store.save(d, {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
+
+
+def test_concurrent_writers_leave_one_whole_file_per_trial(tmp_path):
+    procs = [multiprocessing.Process(target=_write_many, args=(str(tmp_path), w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 5 + 4 * 15  # every trial once, none lost
+    assert all(json.loads(f.read_text())["pad"] == "x" * 20000 for f in files)  # none torn
+    assert not [f for f in tmp_path.iterdir() if f.suffix != ".json"]  # no temp file left
+
+
+def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "CLAIM_SLACK_S", 0.0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(store.Busy, match=f"trial t1 is still held by pid {holder.pid} on "):
+            with store.claim(tmp_path, "t1", 0.5):
+                pass
+        with store.claim(tmp_path, "t2", 0.5):  # other trials are free
+            pass
+        holder.send_signal(signal.SIGKILL)  # as `scancel` or a dead node would end it
+        holder.wait(timeout=10)
+        start = time.monotonic()
+        with store.claim(tmp_path, "t1", 5):
+            assert time.monotonic() - start < 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_two_jobs_asking_for_one_trial_at_once_measure_it_once(tmp_path):
+    t = make_trial(TINY)
+    with ThreadPoolExecutor(2) as pool:
+        recs = list(pool.map(lambda _: run_one(t, str(tmp_path), "test", in_sweep=True), range(2)))
+    assert [r["outcome"] for r in recs] == ["ok", "ok"]
+    assert sorted(r.get("_source", "measured") for r in recs) == ["from store", "measured"]
+    assert [f.name for f in tmp_path.glob("*.json")] == [f"{t.id}.json"]
+    assert len(list((tmp_path / "logs").glob(f"{t.id}-rank*.log"))) == 2  # one run of its two ranks

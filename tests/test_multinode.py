@@ -1,0 +1,96 @@
+"""Multi-node trials: two launcher agents on localhost stand in for two nodes of a Slurm job.
+
+Each agent is a real `suite-bench` process with the SLURM_* variables a Slurm task of a
+two-node job gets; the trial is the same as a one-node trial with the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import TINY, make_trial
+
+from suite.cli import run_one
+from suite.config import problems
+from suite.launch import free_port
+
+pytest.importorskip("submitit", reason="hydra-submitit-launcher is not installed (pip install -e '.[slurm]')")
+
+
+def agents(tmp_path, *extra: str) -> list[subprocess.Popen]:
+    """Node 0 and node 1 of a Slurm job of two nodes, one task each, both on this machine."""
+    port = str(free_port())
+    procs = []
+    for node in (0, 1):
+        env = dict(
+            os.environ,
+            SLURM_JOB_ID="4242",
+            SLURM_JOB_NUM_NODES="2",
+            SLURM_NTASKS="2",
+            SLURM_NODEID=str(node),
+            SLURM_PROCID=str(node),
+            SLURM_LOCALID="0",
+            SLURM_JOB_NODELIST="localhost",
+            MASTER_PORT=port,
+            OMP_NUM_THREADS="1",  # as the one-node trial's two ranks get on two cores
+        )
+        cmd = [sys.executable, "-m", "suite.cli", *TINY, "hardware=cpu-x1", "cluster.nodes=2", f"store.dir={tmp_path}"]
+        out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(subprocess.Popen([*cmd, *extra], env=env, **out))
+    return procs
+
+
+def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    return [(p.returncode, out) for p, out in zip(procs, outs, strict=True)]
+
+
+def test_the_global_batch_is_split_over_every_node():
+    t = make_trial(["model=pythia-1b", "hardware=a100-80gb-x8", "cluster.nodes=2", "methods.micro_batch=16"])
+    assert (t.devices, t.per_device_batch, t.gas) == (16, 64, 4)
+    assert t.id != make_trial(["model=pythia-1b", "hardware=a100-80gb-x8", "methods.micro_batch=16"]).id
+    assert make_trial(TINY).id == "3ff76fba5405b9a6"  # a one-node trial keeps the id it had before nodes existed
+    found = problems(make_trial(TINY + ["model.recipe.global_batch=6", "cluster.nodes=4"]))
+    assert "model.recipe.global_batch=6 is not divisible by hardware.count=2 x cluster.nodes=4" in found
+    assert "cluster.nodes=0 must be > 0" in problems(make_trial(TINY + ["cluster.nodes=0"]))
+
+
+def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
+    one = run_one(make_trial(TINY), str(tmp_path / "one"), "test", in_sweep=True)
+    assert one["outcome"] == "ok", one["message"]
+    procs = agents(tmp_path / "two")
+    (rc0, out0), (rc1, out1) = finish(procs)
+    assert rc0 == 0 and rc1 == 0, out0[-2000:] + out1[-2000:]
+    assert "[   follower]" in out1 and "node 1: its ranks 1..1 finished" in out1
+    files = list((tmp_path / "two").glob("*.json"))
+    assert len(files) == 1  # node 0 alone records the trial
+    two = json.loads(files[0].read_text())
+    assert two["outcome"] == "ok" and two["trial"]["nodes"] == 2
+    m = two["metrics"]
+    assert len(m["memory_per_rank"]) == 2 and m["gas"] == one["metrics"]["gas"] == 2
+    # Same global batch, same data per global rank, same initial weights: the same training.
+    assert m["loss_per_step"] == pytest.approx(one["metrics"]["loss_per_step"], rel=1e-5)
+
+
+def test_a_rank_failing_on_node_1_fails_that_agent_and_the_trial(tmp_path):
+    start = time.monotonic()
+    (rc0, out0), (rc1, out1) = finish(agents(tmp_path, "debug.fault=kill", "debug.fault_rank=1"))
+    assert time.monotonic() - start < 120
+    assert rc1 != 0 and "node 1 of trial" in out1 and "rank 1 killed by SIGKILL" in out1
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert rec["outcome"] == "crashed", rec["message"]  # node 0 lost its peer: recorded, not hung
+
+
+def test_a_multi_node_trial_outside_slurm_says_how_to_run_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    cmd = [sys.executable, "-m", "suite.cli", *TINY, "cluster.nodes=2", f"store.dir={tmp_path}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "cluster.nodes=2 but this is not a Slurm job" in out.stderr
+    assert "hydra/launcher=slurm" in out.stderr and "Traceback" not in out.stderr
+    assert list(tmp_path.glob("*.json")) == []
