@@ -46,7 +46,9 @@ def bare(spec: str) -> None:
     torch.manual_seed(t.measure.seed)
     model = models.build(t.model, t.methods.attention, t.methods.recompute)
     r = t.model.recipe
-    opt = torch.optim.AdamW(model.parameters(), lr=r.lr, betas=tuple(r.betas), weight_decay=r.weight_decay, foreach=True)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=r.lr, betas=tuple(r.betas), weight_decay=r.weight_decay, foreach=True
+    )
     gen = torch.Generator().manual_seed(t.measure.seed)
     pool = [models.batch(t.model, t.methods.micro_batch, gen, "cpu") for _ in range(2)]
     times = []
@@ -78,7 +80,10 @@ def main() -> None:
     for i in range(args.pairs):
         out = subprocess.run(
             [sys.executable, __file__, "--bare", json.dumps(t.to_dict())],
-            capture_output=True, text=True, env=env, check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
         )
         b = json.loads(out.stdout.strip().splitlines()[-1])
         o = launch.run_trial(t)
@@ -88,7 +93,8 @@ def main() -> None:
         pairs.append({"bare_step_time_s": b["step_time_s"], "suite_step_time_s": s["step_time_s"], "ratio": ratio})
         print(f"pair {i + 1}: bare {b['step_time_s']:.4f} s, suite {s['step_time_s']:.4f} s, ratio {ratio:.3f}")
     result = {
-        "schema": "suite.benchmark/1", "benchmark": "harness_overhead",
+        "schema": "suite.benchmark/1",
+        "benchmark": "harness_overhead",
         "overrides": OVERRIDES,
         "trial": t.to_dict(),
         "pairs": pairs,
@@ -99,8 +105,10 @@ def main() -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"ratio (first pair) {result['ratio_first']:.3f}, median of {len(pairs)} {result['ratio_median']:.3f} "
-          f"(target <= 1.03) -> {args.out}")
+    print(
+        f"ratio (first pair) {result['ratio_first']:.3f}, median of {len(pairs)} {result['ratio_median']:.3f} "
+        f"(target <= 1.03) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -40,12 +40,15 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     grid_dir, search_dir = work / "grid", work / "search"
     common = ["wandb.mode=disabled"]
-    subprocess.run(["suite-bench", "-m", "experiment=cpu-grid", f"model={args.models}", f"store.dir={grid_dir}", *common],
-                   check=True)
+    subprocess.run(
+        ["suite-bench", "-m", "experiment=cpu-grid", f"model={args.models}", f"store.dir={grid_dir}", *common],
+        check=True,
+    )
     rows = []
     for model in args.models.split(","):
-        subprocess.run(["suite-search", "experiment=cpu-search", f"model={model}", f"store.dir={search_dir}", *common],
-                       check=True)
+        subprocess.run(
+            ["suite-search", "experiment=cpu-search", f"model={model}", f"store.dir={search_dir}", *common], check=True
+        )
         log = json.loads((search_dir / f"search-{model}-cpu-x2.json").read_text())
         grid = [r for r in records(grid_dir) if r["trial"]["model"]["name"] == model]
         ok = [r for r in grid if r["outcome"] == "ok"]
@@ -54,35 +57,54 @@ def main() -> None:
         g, s = winner["metrics"]["step_time_s"], found["metrics"]["step_time_s"]
         # The search's winner as the grid measured it: same configuration, same conditions.
         same_in_grid = next((r for r in ok if methods_of(r) == methods_of(found)), None)
-        rows.append({
-            "model": model,
-            "grid_configurations": len(grid),
-            "grid_outcomes": {o: sum(r["outcome"] == o for r in grid) for o in sorted({r["outcome"] for r in grid})},
-            "grid_trials_launched": sum(r["outcome"] not in ("invalid", "unsupported") for r in grid),
-            "grid_trial_s": sum(r["wall_s"] for r in grid),
-            "search_trials_launched": log["launched"],
-            "search_trial_s": log["trial_s"],
-            "search_stopped": log["stopped"],
-            "grid_winner": methods_of(winner), "grid_winner_step_s": g,
-            "search_winner": methods_of(found), "search_winner_step_s": s,
-            "same_configuration": methods_of(winner) == methods_of(found),
-            "search_winner_step_in_grid_s": same_in_grid["metrics"]["step_time_s"] if same_in_grid else None,
-            "largest_fit": log["largest_fit"], "fastest_mb": log["fastest_mb"],
-        })
-    total = {k: sum(r[k] for r in rows) for k in ("grid_trials_launched", "grid_trial_s", "search_trials_launched",
-                                                  "search_trial_s")}
+        rows.append(
+            {
+                "model": model,
+                "grid_configurations": len(grid),
+                "grid_outcomes": {
+                    o: sum(r["outcome"] == o for r in grid) for o in sorted({r["outcome"] for r in grid})
+                },
+                "grid_trials_launched": sum(r["outcome"] not in ("invalid", "unsupported") for r in grid),
+                "grid_trial_s": sum(r["wall_s"] for r in grid),
+                "search_trials_launched": log["launched"],
+                "search_trial_s": log["trial_s"],
+                "search_stopped": log["stopped"],
+                "grid_winner": methods_of(winner),
+                "grid_winner_step_s": g,
+                "search_winner": methods_of(found),
+                "search_winner_step_s": s,
+                "same_configuration": methods_of(winner) == methods_of(found),
+                "search_winner_step_in_grid_s": same_in_grid["metrics"]["step_time_s"] if same_in_grid else None,
+                "largest_fit": log["largest_fit"],
+                "fastest_mb": log["fastest_mb"],
+            }
+        )
+    total = {
+        k: sum(r[k] for r in rows)
+        for k in ("grid_trials_launched", "grid_trial_s", "search_trials_launched", "search_trial_s")
+    }
     total["search_share_of_grid_time"] = total["search_trial_s"] / total["grid_trial_s"]
-    out = {"schema": "suite.benchmark/1", "benchmark": "search_vs_grid", "models": rows, "total": total, "target_share": 0.30,
-           "provenance": store.provenance("cpu")}
+    out = {
+        "schema": "suite.benchmark/1",
+        "benchmark": "search_vs_grid",
+        "models": rows,
+        "total": total,
+        "target_share": 0.30,
+        "provenance": store.provenance("cpu"),
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     for r in rows:
         gap = r["search_winner_step_in_grid_s"]
         within = f"{(gap / r['grid_winner_step_s'] - 1):+.1%} in the grid" if gap else "not in grid"
-        print(f"{r['model']}: grid {r['grid_trials_launched']} trials / {r['grid_trial_s']:.0f} s; search "
-              f"{r['search_trials_launched']} trials / {r['search_trial_s']:.0f} s; same winner: {r['same_configuration']} "
-              f"(grid {r['grid_winner_step_s']:.3f} s, search {r['search_winner_step_s']:.3f} s, {within})")
-    print(f"search spent {total['search_share_of_grid_time']:.0%} of the grid's trial time (target <= 30%) -> {args.out}")
+        print(
+            f"{r['model']}: grid {r['grid_trials_launched']} trials / {r['grid_trial_s']:.0f} s; search "
+            f"{r['search_trials_launched']} trials / {r['search_trial_s']:.0f} s; same winner: {r['same_configuration']} "
+            f"(grid {r['grid_winner_step_s']:.3f} s, search {r['search_winner_step_s']:.3f} s, {within})"
+        )
+    print(
+        f"search spent {total['search_share_of_grid_time']:.0%} of the grid's trial time (target <= 30%) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

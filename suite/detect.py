@@ -1,6 +1,6 @@
 """Map the local GPUs to a hardware profile name, e.g. `a100-80gb-x4`.
 
-    python -m suite.detect      # prints the profile, or exits 1 when there is no known GPU
+python -m suite.detect      # prints the profile, or exits 1 when there is no known GPU
 """
 
 from __future__ import annotations

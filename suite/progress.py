@@ -46,7 +46,7 @@ class Progress:
         def tick() -> None:
             while not stop.wait(1.0):
                 line = f"running {what} ({time.monotonic() - began:.0f} s) | {self.status()}"
-                self.stream.write("\r\033[K" + line[: 160])
+                self.stream.write("\r\033[K" + line[:160])
                 self.stream.flush()
 
         threading.Thread(target=tick, daemon=True).start()

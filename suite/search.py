@@ -72,8 +72,10 @@ class SearchReport:
 
 def combo_name(t: Trial) -> str:
     me = t.methods
-    return (f"zero{me.zero_stage} offload={me.offload} recompute={me.recompute} attn={me.attention}"
-            f"{' compile' if me.compile else ''}")
+    return (
+        f"zero{me.zero_stage} offload={me.offload} recompute={me.recompute} attn={me.attention}"
+        f"{' compile' if me.compile else ''}"
+    )
 
 
 def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) -> list[dict]:
@@ -135,8 +137,11 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
     capacity = base.hardware.mem_gib or math.inf
     divs = divisors(base.per_device_batch) if base.per_device_batch > 0 else [1]
     axes = itertools.product(
-        cfg.zero_stages, cfg.offloads, cfg.recomputes,
-        cfg.attentions or [base.methods.attention], cfg.compiles or [base.methods.compile],
+        cfg.zero_stages,
+        cfg.offloads,
+        cfg.recomputes,
+        cfg.attentions or [base.methods.attention],
+        cfg.compiles or [base.methods.compile],
     )
     candidates = []
     for z, o, r, a, c in axes:
@@ -150,12 +155,15 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
         if states > capacity:
             report.set_aside.append(f"{combo_name(t)}: model states alone need {states:.2f} GiB > {capacity:g} GiB")
             continue
-        start = max((d for d in divs if est.estimate(with_methods(t, micro_batch=d)).mem_gib <= capacity),
-                    default=divs[0])
+        start = max(
+            (d for d in divs if est.estimate(with_methods(t, micro_batch=d)).mem_gib <= capacity), default=divs[0]
+        )
         candidates.append((est.estimate(with_methods(t, micro_batch=start)).step_time, start, t))
     candidates.sort(key=lambda x: x[0])
-    log(f"search: {len(candidates)} method combinations to consider, {len(report.set_aside)} set aside; "
-        f"micro-batches from {divs}")
+    log(
+        f"search: {len(candidates)} method combinations to consider, {len(report.set_aside)} set aside; "
+        f"micro-batches from {divs}"
+    )
 
     ratios: list[float] = []
     for k, (pred, start, t) in enumerate(candidates):
@@ -166,9 +174,11 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
             best_s = report.best["metrics"]["step_time_s"]
             optimistic = pred * min(ratios)
             if optimistic >= best_s * (1 - cfg.margin):
-                report.stopped = (f"no remaining combination can beat {best_s:.3f} s by {cfg.margin:.0%} "
-                                  f"(next: {combo_name(t)}, at best {optimistic:.3f} s); "
-                                  f"{len(candidates) - k} not measured")
+                report.stopped = (
+                    f"no remaining combination can beat {best_s:.3f} s by {cfg.margin:.0%} "
+                    f"(next: {combo_name(t)}, at best {optimistic:.3f} s); "
+                    f"{len(candidates) - k} not measured"
+                )
                 break
         log(f"search: [{k + 1}/{len(candidates)}] {combo_name(t)}, starting at micro-batch {start}")
         for rec in micro_batch_search(t, start, run, report):
@@ -182,8 +192,10 @@ def summary(base: Trial, report: SearchReport) -> str:
     from analysis.estimates import training_days
 
     lines = [f"search for {base.model.name} on {base.hardware.name}: {report.stopped}"]
-    lines.append(f"  spent: {report.launched} trials launched, {len(report.records)} used, "
-                 f"{report.trial_s:.0f} s of trials (the full grid is {report.grid_size} configurations)")
+    lines.append(
+        f"  spent: {report.launched} trials launched, {len(report.records)} used, "
+        f"{report.trial_s:.0f} s of trials (the full grid is {report.grid_size} configurations)"
+    )
     for name, mb in report.largest_fit.items():
         fastest = report.fastest_mb[name]
         verdict = "largest is fastest" if fastest == mb else f"micro-batch {fastest} is faster"
@@ -196,9 +208,11 @@ def summary(base: Trial, report: SearchReport) -> str:
     t, m = Trial.from_dict(report.best["trial"]), report.best["metrics"]
     days = training_days(m["step_time_s"], t.model.recipe.train_steps)
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
-    lines.append(f"  best: {combo_name(t)} micro-batch {t.methods.micro_batch} x GAS {t.gas}: "
-                 f"{m['step_time_s']:.3f} s/step, peak {m['peak_mem_gib']:.2f} GiB, MFU {mfu}, "
-                 f"{days:.1f} days for {t.model.recipe.train_steps:,} steps")
+    lines.append(
+        f"  best: {combo_name(t)} micro-batch {t.methods.micro_batch} x GAS {t.gas}: "
+        f"{m['step_time_s']:.3f} s/step, peak {m['peak_mem_gib']:.2f} GiB, MFU {mfu}, "
+        f"{days:.1f} days for {t.model.recipe.train_steps:,} steps"
+    )
     lines.append(f"  result: {report.best['trial_id']}.json")
     return "\n".join(lines)
 
@@ -226,13 +240,24 @@ def _main(cfg: DictConfig) -> None:
     text = summary(base, report)
     print(text)
     out = Path(cfg.store.dir) / f"search-{base.model.name}-{base.hardware.name}.json"
-    out.write_text(json.dumps({
-        "schema": "suite.search/1", "base": base.to_dict(), "stopped": report.stopped, "launched": report.launched,
-        "trial_s": report.trial_s, "grid_size": report.grid_size, "set_aside": report.set_aside,
-        "largest_fit": report.largest_fit, "fastest_mb": report.fastest_mb,
-        "best": report.best["trial_id"] if report.best else None,
-        "trials": [r["trial_id"] for r in report.records],
-    }, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "schema": "suite.search/1",
+                "base": base.to_dict(),
+                "stopped": report.stopped,
+                "launched": report.launched,
+                "trial_s": report.trial_s,
+                "grid_size": report.grid_size,
+                "set_aside": report.set_aside,
+                "largest_fit": report.largest_fit,
+                "fastest_mb": report.fastest_mb,
+                "best": report.best["trial_id"] if report.best else None,
+                "trials": [r["trial_id"] for r in report.records],
+            },
+            indent=1,
+        )
+    )
     print(f"  search log: {out}")
 
 
