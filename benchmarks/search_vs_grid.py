@@ -99,7 +99,8 @@ def main() -> None:
         within = f"{(gap / r['grid_winner_step_s'] - 1):+.1%} in the grid" if gap else "not in grid"
         print(
             f"{r['model']}: grid {r['grid_trials_launched']} trials / {r['grid_trial_s']:.0f} s; search "
-            f"{r['search_trials_launched']} trials / {r['search_trial_s']:.0f} s; same winner: {r['same_configuration']} "
+            f"{r['search_trials_launched']} trials / {r['search_trial_s']:.0f} s; "
+            f"same winner: {r['same_configuration']} "
             f"(grid {r['grid_winner_step_s']:.3f} s, search {r['search_winner_step_s']:.3f} s, {within})"
         )
     print(
