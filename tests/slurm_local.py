@@ -15,6 +15,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,8 +39,10 @@ def missing() -> str | None:
         return "/etc/munge/munge.key is missing (reinstall the munge package)"
     if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         return "hydra-submitit-launcher is not installed"
-    if importlib.util.find_spec("hydra_plugins.suite_launcher") is None:
-        return "the suite's Hydra launchers are not installed (pip install -e . again)"
+    # Looked up from elsewhere than the repository, as a job sees the installed package.
+    probe = [sys.executable, "-c", "import hydra_plugins.suite_launcher"]
+    if subprocess.run(probe, cwd="/", capture_output=True, timeout=60).returncode:
+        return "the suite's Hydra launchers (hydra_plugins/suite_launcher) are not installed: pip install -e ."
     return None
 
 
