@@ -69,6 +69,7 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path, monkeypatch):
         holder.wait()
 
 
+@pytest.mark.slow
 def test_two_jobs_asking_for_one_trial_at_once_measure_it_once(tmp_path):
     t = make_trial(TINY)
     with ThreadPoolExecutor(2) as pool:

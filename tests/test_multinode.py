@@ -19,6 +19,7 @@ from suite.cli import run_one
 from suite.config import problems
 from suite.launch import free_port
 
+pytestmark = pytest.mark.slow
 pytest.importorskip("submitit", reason="hydra-submitit-launcher is not installed (pip install -e '.[slurm]')")
 
 

@@ -76,6 +76,7 @@ def test_partition_account_qos_and_sbatch_options_come_from_the_cluster_conf():
     assert slurm.site(ClusterConfig()) == {}  # nothing set: the cluster's defaults
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_grid_runs_as_slurm_jobs_and_every_result_lands_once(cluster, tmp_path):
     start = time.monotonic()
@@ -105,6 +106,7 @@ def test_a_grid_runs_as_slurm_jobs_and_every_result_lands_once(cluster, tmp_path
     assert logs.count("(from store)") == 2
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_killed_jobs_end_as_a_recorded_outcome_or_a_clear_error_in_bounded_time(cluster, tmp_path):
     hang = [*ONE_CPU, "debug.fault=hang", "measure.timeout_s=600"]
