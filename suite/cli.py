@@ -20,8 +20,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from suite import cluster, launch, store
+from suite import cluster, launch, store, tracking
 from suite.config import Trial, problems, register, unsupported
+from suite.progress import Progress
 
 RETRIED = ("crashed",)  # most often the environment or a bug since fixed: measured again
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -75,8 +76,8 @@ def node_here(t: Trial, in_sweep: bool) -> launch.Node:
         sys.exit(2)
 
 
-def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool) -> dict:
-    """Run (or fetch) one trial and return its stored record."""
+def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb_cfg=None) -> dict:
+    """Run (or fetch) one trial and return its stored record; log a fresh one to W&B."""
     node = node_here(t, in_sweep)
     found = problems(t)
     logs = str(Path(store_dir) / "logs")
@@ -103,17 +104,45 @@ def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool) -> dict:
             o = launch.run_trial(t, keep_logs=logs, node=node)
             rec = store.record(t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
         store.save(store_dir, rec)
+    if wandb_cfg is not None:
+        tracking.log_trial(rec, wandb_cfg.mode, wandb_cfg.project, wandb_cfg.dir)
     return rec
+
+
+def sweep_size(cfg_sweeper_params: dict, argv: list[str]) -> int | None:
+    """How many jobs Hydra's basic sweeper makes of these overrides (None if unknown)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = [a for a in argv if not a.startswith("-")]
+    merged = {a.split("=", 1)[0]: a for a in [f"{k}={v}" for k, v in cfg_sweeper_params.items()] + args if "=" in a}
+    try:
+        overrides = OverridesParser.create().parse_overrides(list(merged.values()))
+    except Exception:  # noqa: BLE001 - only a progress figure depends on it
+        return None
+    n = 1
+    for o in overrides:
+        if o.is_sweep_override():
+            n *= len(list(o.sweep_iterator()))
+    return n
+
+
+_progress: Progress | None = None  # one per process: Hydra runs a multirun's jobs in this process
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def bench(cfg: DictConfig) -> None:
+    global _progress
     t = trial_from_cfg(cfg)
-    in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-    rec = run_one(t, cfg.store.dir, cfg.store.sweep, in_sweep)
+    hc = HydraConfig.get()
+    in_sweep = hc.mode == RunMode.MULTIRUN
+    if _progress is None:
+        total = sweep_size(dict(hc.sweeper.get("params") or {}), sys.argv[1:]) if in_sweep else 1
+        _progress = Progress(total)
+    _progress.begin(describe(t))
+    rec = run_one(t, cfg.store.dir, cfg.store.sweep, in_sweep, cfg.wandb)
     source = rec.pop("_source", f"{rec['wall_s']:.0f} s")
-    print(summary_line(rec, t, source), flush=True)
-    print(f"              -> {store.path_for(cfg.store.dir, t.id)}", flush=True)
+    line = f"{summary_line(rec, t, source)}\n              -> {store.path_for(cfg.store.dir, t.id)}"
+    _progress.end(rec, line)
 
 
 def main() -> None:

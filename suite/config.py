@@ -174,6 +174,32 @@ class StoreConfig:
 
 
 @dataclass
+class WandbConfig:
+    mode: str = "offline"
+    """offline (default; `wandb sync` later), online, or disabled."""
+    project: str = "suite"
+    dir: str = "results"
+    """W&B writes its run folders under DIR/wandb/."""
+
+
+@dataclass
+class SearchConfig:
+    """The space `suite-search` explores for one (model, hardware); micro-batches are searched."""
+
+    zero_stages: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    offloads: list[str] = field(default_factory=lambda: ["none", "optimizer", "optimizer+params"])
+    recomputes: list[str] = field(default_factory=lambda: ["none", "full"])
+    attentions: list[str] = field(default_factory=list)
+    """Empty: keep methods.attention."""
+    compiles: list[bool] = field(default_factory=list)
+    """Empty: keep methods.compile."""
+    margin: float = 0.03
+    """Stop when no remaining candidate is predicted to beat the best by this fraction."""
+    budget_s: float = 0.0
+    """Stop after this many seconds of trials (0: no limit)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
@@ -182,6 +208,8 @@ class Config:
     debug: DebugConfig = field(default_factory=DebugConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
 
 
 def register() -> None:

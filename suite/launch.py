@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -63,13 +64,24 @@ def worker_env(t: Trial, local_rank: int, port: int, node: Node = Node()) -> dic
         MASTER_ADDR=node.master_addr,
         MASTER_PORT=str(port),
         PYTHONUNBUFFERED="1",
+        SUITE_PARENT_PID=str(os.getpid()),
     )
     if t.hardware.device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
         # Share the cores this launcher may use (a Slurm job's, not the whole machine's)
         # between its ranks instead of oversubscribing them.
         env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // t.hardware.count)))
+        # glibc reserves 64 MiB of address space per malloc arena and thread; capped, the
+        # RLIMIT_DATA budget measures what the trial allocates, not how many threads it has.
+        env.setdefault("MALLOC_ARENA_MAX", "2")
     return env
+
+
+def small_thread_stacks() -> None:
+    """Run in the child before exec: glibc sizes each thread's stack from RLIMIT_STACK (8 MiB
+    by default), and stacks count against a CPU memory budget (RLIMIT_DATA). At 2 MiB, how
+    many threads torch, gloo and DeepSpeed start matters little to whether a trial fits."""
+    resource.setrlimit(resource.RLIMIT_STACK, (2 * 2**20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
 
 
 def kill_all(procs: list[subprocess.Popen]) -> None:
@@ -138,6 +150,7 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ou
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
+                        preexec_fn=small_thread_stacks if t.hardware.mem_gib and t.hardware.device == "cpu" else None,
                     )
                 )
                 log.close()

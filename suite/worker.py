@@ -195,7 +195,18 @@ def write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank when its launcher dies, even by SIGKILL."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(os.environ.get("SUITE_PARENT_PID", os.getppid())):
+        os._exit(1)  # the launcher died before the request took effect
+
+
 def main() -> None:
+    die_with_parent()
     spec_path, out_dir = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     with open(spec_path) as f:
