@@ -46,6 +46,13 @@ def enforce_memory_budget(budget_gib: float) -> int:
     return base
 
 
+def machine_share_gib() -> float:
+    """Without a budget, this rank's share of 90% of the machine's memory: a trial too big
+    for the machine is then an `oom` result, not a victim of the kernel's OOM killer."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return 0.9 * total / int(os.environ.get("LOCAL_WORLD_SIZE", "1")) / 2**30
+
+
 def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     import deepspeed
     import torch
@@ -72,8 +79,8 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     hw_flops = flops if me.recompute == "none" else models.count_flops(t.model, me.attention, me.recompute)[0]
 
     rss_base_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    if not cuda and t.hardware.mem_gib > 0:
-        enforce_memory_budget(t.hardware.mem_gib)
+    if not cuda:
+        enforce_memory_budget(t.hardware.mem_gib or machine_share_gib())
 
     gas = t.gas_measured
     ds_config = methods.deepspeed_config(t, gas)
