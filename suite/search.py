@@ -78,6 +78,10 @@ def combo_name(t: Trial) -> str:
     )
 
 
+class GaveUp(Exception):
+    """A trial failed for a reason other than its size (crash, timeout, NaN)."""
+
+
 def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) -> list[dict]:
     """Largest fitting micro-batch by doubling/halving then bisection; then smaller ones while faster."""
     divs = divisors(t.per_device_batch)
@@ -88,6 +92,8 @@ def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) 
             rec = run(with_methods(t, micro_batch=divs[i]))
             report.add(rec)
             results[i] = rec
+            if rec["outcome"] not in ("ok", "oom"):  # not a question of size: stop this combination
+                raise GaveUp(f"{combo_name(t)}: micro-batch {divs[i]} {rec['outcome']}: {rec['message']}")
         return results[i]["outcome"] == "ok"
 
     def up(i: int) -> int | None:  # the first divisor at least double divs[i]
@@ -181,10 +187,15 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
                 )
                 break
         log(f"search: [{k + 1}/{len(candidates)}] {combo_name(t)}, starting at micro-batch {start}")
-        for rec in micro_batch_search(t, start, run, report):
+        try:
+            measured = micro_batch_search(t, start, run, report)
+        except GaveUp as e:
+            report.set_aside.append(str(e))
+            continue
+        for rec in measured:
             if rec["outcome"] == "ok":
-                measured = Trial.from_dict(rec["trial"])
-                ratios.append(rec["metrics"]["step_time_s"] / est.estimate(measured).step_time)
+                ratio = rec["metrics"]["step_time_s"] / est.estimate(Trial.from_dict(rec["trial"])).step_time
+                ratios.append(ratio)
     return report
 
 

@@ -118,6 +118,26 @@ def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
     assert "budget" in report.stopped and report.trial_s >= 2.0
 
 
+def test_a_crash_is_not_a_size_limit_the_combination_is_set_aside(tiny):
+    calls = []
+
+    def crashing(t: Trial) -> dict:
+        calls.append(t.methods.micro_batch)
+        return {
+            "trial_id": t.id,
+            "trial": t.to_dict(),
+            "wall_s": 1.0,
+            "outcome": "crashed",
+            "message": "boom",
+            "metrics": {},
+        }
+
+    cfg = SearchConfig(zero_stages=[0, 1], offloads=["none"], recomputes=["none"])
+    report = search(tiny("hardware.mem_gib=1"), cfg, crashing, FixedEstimator(lambda t: 1.0), log=lambda *_: None)
+    assert len(calls) == 2  # one trial per combination, not a walk down every micro-batch
+    assert report.best is None and sum("crashed: boom" in s for s in report.set_aside) == 2
+
+
 def test_simple_estimator_orders_memory_as_zero_and_recompute_say(tiny):
     est = SimpleEstimator()
     t = tiny("hardware=cpu-x2", "methods.micro_batch=2")
