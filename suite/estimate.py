@@ -70,7 +70,10 @@ class SimpleEstimator:
             optim = 0.0
         if on_gpu and me.offload == "optimizer+params":
             weights = 0.0
-        return (weights + grads + optim) * n_params
+        from suite.methods import bucket_elements
+
+        buckets = 2 * 4 * bucket_elements(t) if me.zero_stage >= 1 else 0  # two fp32 buckets in flight
+        return (weights + grads + optim) * n_params + buckets
 
     def activation_bytes(self, t: Trial) -> float:
         m, b = t.model, t.methods.micro_batch

@@ -19,6 +19,8 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
     """DeepSpeed JSON for the trial at `gas` accumulation steps per optimizer step."""
     me, r = t.methods, t.model.recipe
     zero: dict[str, Any] = {"stage": me.zero_stage}
+    if me.zero_stage >= 1:
+        zero.update(bucket_sizes(t))
     if me.offload in ("optimizer", "optimizer+params"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": t.hardware.device == "cuda"}
     if me.offload == "optimizer+params":
@@ -42,6 +44,24 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
     else:
         cfg["zero_allow_untested_optimizer"] = True
     return cfg
+
+
+def bucket_elements(t: Trial) -> int:
+    """Communication bucket size, sized to the model as Hugging Face's DeepSpeed integration
+    sizes its "auto" buckets (hidden^2). DeepSpeed's default of 5e8 elements allocates 2 GB
+    (fp32) for a model of any size, so no small model would fit a small budget with ZeRO."""
+    return t.model.hidden * t.model.hidden
+
+
+def bucket_sizes(t: Trial) -> dict[str, int]:
+    n, h = bucket_elements(t), t.model.hidden
+    if t.methods.zero_stage == 3:
+        return {
+            "reduce_bucket_size": n,
+            "stage3_prefetch_bucket_size": int(0.9 * n),
+            "stage3_param_persistence_threshold": 10 * h,
+        }
+    return {"reduce_bucket_size": n, "allgather_bucket_size": n}
 
 
 def optimizer_params(t: Trial) -> dict[str, Any]:
