@@ -33,12 +33,15 @@ def main() -> None:
     ap.add_argument("--models", default="pythia-14m,pythia-31m")
     ap.add_argument("--work", default=str(ROOT / "results/tmp/search_vs_grid"))
     ap.add_argument("--out", default=str(ROOT / "results/benchmarks/search_vs_grid.json"))
+    ap.add_argument("--reuse-grid", action="store_true", help="keep the grid already measured in --work")
     args = ap.parse_args()
     from suite import store
 
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
     grid_dir, search_dir = work / "grid", work / "search"
+    shutil.rmtree(search_dir, ignore_errors=True)
+    if not args.reuse_grid:
+        shutil.rmtree(grid_dir, ignore_errors=True)
     common = ["wandb.mode=disabled"]
     subprocess.run(
         ["suite-bench", "-m", "experiment=cpu-grid", f"model={args.models}", f"store.dir={grid_dir}", *common],

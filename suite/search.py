@@ -12,8 +12,9 @@
    bisect; then time the next smaller micro-batch too, and keep going down while smaller
    is faster (the largest is not assumed to be fastest).
 4. Stop when no remaining combination can beat the best measured step time by
-   `search.margin` (predictions calibrated by the most optimistic measured/predicted
-   ratio so far), or when `search.budget_s` of trial time is spent.
+   `search.margin` (predictions calibrated by the median measured/predicted ratio so far:
+   the minimum proved too eager to explore, since timing noise alone makes some ratio
+   low), or when `search.budget_s` of trial time is spent.
 
 Every trial goes through the results store, so an interrupted search started again with
 the same command re-uses what was measured and goes on from there.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -178,11 +180,11 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
             break
         if report.best is not None and ratios:
             best_s = report.best["metrics"]["step_time_s"]
-            optimistic = pred * min(ratios)
+            optimistic = pred * statistics.median(ratios)
             if optimistic >= best_s * (1 - cfg.margin):
                 report.stopped = (
                     f"no remaining combination can beat {best_s:.3f} s by {cfg.margin:.0%} "
-                    f"(next: {combo_name(t)}, at best {optimistic:.3f} s); "
+                    f"(next: {combo_name(t)}, predicted {optimistic:.3f} s); "
                     f"{len(candidates) - k} not measured"
                 )
                 break
