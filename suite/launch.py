@@ -182,7 +182,10 @@ def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, b
                 return Outcome("ok", metrics=json.load(f))
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
-            first = base + next(r for r, c in enumerate(codes) if c not in (None, 0))
+            # Of ranks seen failing together, one killed by a signal is the cause; a peer's
+            # error (a closed connection) is its consequence.
+            failed = sorted((c > 0, r) for r, c in enumerate(codes) if c not in (None, 0))
+            first = base + failed[0][1]
         if failed_at is not None and (all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S):
             kill_all(procs)
             return _failure(out_dir, procs, first, base)
