@@ -43,7 +43,9 @@ def describe(t: Trial) -> str:
     )
 
 
-def summary_line(rec: dict, t: Trial, source: str) -> str:
+def summary_line(rec: dict, t: Trial) -> str:
+    """One readable line for a trial's record; says whether it came from the store."""
+    source = rec.get("_source") or f"{rec['wall_s']:.0f} s"
     m = rec["metrics"]
     head = f"[{rec['outcome']:>11}] {describe(t)}"
     if rec["outcome"] != "ok":
@@ -140,8 +142,7 @@ def bench(cfg: DictConfig) -> None:
         _progress = Progress(total)
     _progress.begin(describe(t))
     rec = run_one(t, cfg.store.dir, cfg.store.sweep, in_sweep, cfg.wandb)
-    source = rec.pop("_source", f"{rec['wall_s']:.0f} s")
-    line = f"{summary_line(rec, t, source)}\n              -> {store.path_for(cfg.store.dir, t.id)}"
+    line = f"{summary_line(rec, t)}\n              -> {store.path_for(cfg.store.dir, t.id)}"
     _progress.end(rec, line)
 
 

@@ -98,24 +98,26 @@ def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) 
                 raise GaveUp(f"{combo_name(t)}: micro-batch {divs[i]} {rec['outcome']}: {rec['message']}")
         return results[i]["outcome"] == "ok"
 
-    def up(i: int) -> int | None:  # the first divisor at least double divs[i]
-        return next((j for j in range(i + 1, len(divs)) if divs[j] >= 2 * divs[i]), None)
+    last = len(divs) - 1
 
-    def down(i: int) -> int | None:  # the last divisor at most half divs[i]
-        return next((j for j in range(i - 1, -1, -1) if divs[j] <= divs[i] // 2), None)
+    def up(i: int) -> int | None:  # the first divisor at least double divs[i], else the top one
+        return next((j for j in range(i + 1, last + 1) if divs[j] >= 2 * divs[i]), last if i < last else None)
 
-    lo, hi, last = None, None, len(divs) - 1
+    def down(i: int) -> int | None:  # the last divisor at most half divs[i], else the smallest
+        return next((j for j in range(i - 1, -1, -1) if divs[j] <= divs[i] // 2), 0 if i > 0 else None)
+
+    lo, hi = None, None
     i = divs.index(start_mb)
-    if fits(i):  # double up until something fails (the top divisor is tried last)
+    if fits(i):  # double up until something fails
         lo = i
-        while (j := up(lo) if up(lo) is not None else (last if lo < last else None)) is not None:
+        while (j := up(lo)) is not None:
             if not fits(j):
                 hi = j
                 break
             lo = j
-    else:  # halve down until something fits (the smallest divisor is tried last)
+    else:  # halve down until something fits
         hi = i
-        while (j := down(hi) if down(hi) is not None else (0 if hi > 0 else None)) is not None:
+        while (j := down(hi)) is not None:
             if fits(j):
                 lo = j
                 break
@@ -159,14 +161,13 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
         if why:
             report.set_aside.append(f"{combo_name(t)}: {why}")
             continue
-        states = est.estimate(t).model_states_gib
+        ests = {d: est.estimate(with_methods(t, micro_batch=d)) for d in divs}
+        states = ests[divs[0]].model_states_gib
         if states > capacity:
             report.set_aside.append(f"{combo_name(t)}: model states alone need {states:.2f} GiB > {capacity:g} GiB")
             continue
-        start = max(
-            (d for d in divs if est.estimate(with_methods(t, micro_batch=d)).mem_gib <= capacity), default=divs[0]
-        )
-        candidates.append((est.estimate(with_methods(t, micro_batch=start)).step_time, start, t))
+        start = max((d for d in divs if ests[d].mem_gib <= capacity), default=divs[0])
+        candidates.append((ests[start].step_time, start, t))
     candidates.sort(key=lambda x: x[0])
     log(
         f"search: {len(candidates)} method combinations to consider, {len(report.set_aside)} set aside; "
@@ -246,7 +247,7 @@ def _main(cfg: DictConfig) -> None:
 
         progress.begin(describe(t))
         rec = run_one(t, cfg.store.dir, cfg.store.sweep, True, cfg.wandb)
-        progress.end(rec, summary_line(rec, t, "from store" if rec.get("_source") else f"{rec['wall_s']:.0f} s"))
+        progress.end(rec, summary_line(rec, t))
         return rec
 
     report = search(base, SearchConfig(**cfg.search), run)
