@@ -71,8 +71,55 @@ def hf_config(m: ModelConfig):
     raise ValueError(f"unknown model family {m.family!r}")
 
 
-def build(m: ModelConfig, attention: str, recompute: str) -> torch.nn.Module:
-    """The model with random weights on the current default device, in training mode."""
+def block_class(model: torch.nn.Module) -> type[torch.nn.Module] | None:
+    """The model's repeated block: of the classes transformers keeps whole when it splits a
+    model over devices (`_no_split_modules`), the one with the most instances; of equals, the
+    outermost. Found from the model's own structure, never from a per-architecture list."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    counts: dict[type, int] = {}
+    depth: dict[type, int] = {}
+    for name, module in model.named_modules():
+        cls = type(module)
+        if cls.__name__ in names:
+            counts[cls] = counts.get(cls, 0) + 1
+            depth.setdefault(cls, name.count("."))
+    if not counts:
+        return None
+    return max(counts, key=lambda c: (counts[c], -depth[c]))
+
+
+def blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's blocks (see `block_class`) in module order; empty if it has none."""
+    cls = block_class(model)
+    return [m for m in model.modules() if cls is not None and type(m) is cls]
+
+
+def apply_recompute(model: torch.nn.Module) -> None:
+    """Full activation recomputation: every block is checkpointed (PyTorch's non-reentrant
+    `torch.utils.checkpoint`), so only each block's input is kept for the backward pass."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    cls = block_class(model)
+    if cls is None:
+        raise ValueError(f"{type(model).__name__} has no repeated block to recompute")
+    apply_activation_checkpointing(
+        model,
+        checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        check_fn=lambda m: type(m) is cls,
+    )
+
+
+def build(m: ModelConfig, attention: str, recompute: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """The model with random weights on the current default device, in training mode.
+
+    `dtype` (default: torch's default, fp32) is the dtype its weights are created in, so a
+    16-bit trial never holds an fp32 copy of the model; buffers that transformers keeps in
+    fp32 (rotary frequencies) stay fp32.
+    """
     import transformers as tf
 
     cls = {
@@ -82,13 +129,12 @@ def build(m: ModelConfig, attention: str, recompute: str) -> torch.nn.Module:
         "roberta": tf.RobertaForMaskedLM,
         "vit": tf.ViTForImageClassification,
     }[m.family]
-    model = cls._from_config(hf_config(m), attn_implementation=attention)
+    kwargs = {"attn_implementation": attention}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    model = cls._from_config(hf_config(m), **kwargs)
     if recompute == "full":
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        apply_recompute(model)
     return model.train()
 
 
