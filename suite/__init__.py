@@ -1,0 +1,1 @@
+"""suite: measured (and predicted) step time, memory, MFU, days and cost of pretraining recipes on GPU budgets."""
