@@ -37,9 +37,11 @@ from suite.metrics import peak_flops
 SECONDS_PER_DAY = 86_400
 DAYS_PER_YEAR = 365
 ANALYTIC_MFU = 0.5
-"""Default MFU of the FLOPs-only estimate: well-tuned published runs reach 46-64% (seed-paper.md)."""
+"""Default MFU of the FLOPs-only estimate: well-tuned published runs reach 46-64% (MosaicML
+llm-foundry's benchmarks, 7B on 8x H100 and on 8x A100-80GB)."""
 PLAUSIBLE_MFU = 0.65
-"""Above this a time is implausible: the best published run in seed-paper.md reaches 64.2%."""
+"""Above this a time is implausible: the best published run we know of reaches 64.2% (llm-foundry,
+7B on 8x A100-80GB)."""
 
 
 def training_days(step_time_s, train_steps):

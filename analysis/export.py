@@ -25,13 +25,11 @@ from suite import methods, models
 from suite.config import Trial
 
 DS_CONFIG, TRAINING_ARGS, LAUNCH, MODEL_DIR = "ds_config.json", "training_args.json", "launch.sh", "model"
-# Hugging Face's example Trainer scripts (transformers/examples/pytorch/) for each family.
+# Hugging Face's example Trainer scripts (transformers/examples/pytorch/) for each task.
 SCRIPTS = {
-    "gpt_neox": "run_clm.py",
-    "gpt2": "run_clm.py",
-    "llama": "run_clm.py",
-    "roberta": "run_mlm.py",
-    "vit": "run_image_classification.py",
+    "causal-lm": "run_clm.py",
+    "masked-lm": "run_mlm.py",
+    "image-classification": "run_image_classification.py",
 }
 
 
@@ -155,7 +153,13 @@ def export_winner(
     """The winner of (model, hardware, nodes), or the trial `trial_id`, as DeepSpeed, Trainer and launch settings."""
     row = find_winner(df, model, hardware, nodes, trial_id)
     t = Trial.from_dict(row["trial"])
-    return Winner(row, t, methods.deepspeed_config(t, t.gas), training_arguments(t), script or SCRIPTS[t.model.family])
+    if t.methods.recompute != "none" and not models.arch(t.model).gradient_checkpointing:
+        raise ReportError(
+            f"trial {row['trial_id']} recomputes every block, which the Trainer cannot do for "
+            f"{models.arch(t.model).model_class} (transformers marks it as not supporting gradient "
+            "checkpointing); export a trial without recomputation (trial=ID)"
+        )
+    return Winner(row, t, methods.deepspeed_config(t, t.gas), training_arguments(t), script or SCRIPTS[t.model.task])
 
 
 def _script_text(w: Winner) -> str:
@@ -167,8 +171,14 @@ def _script_text(w: Winner) -> str:
         f" trial {r['trial_id']} ({r['file']})",
         f"# {w.script} is a Hugging Face Trainer script (transformers/examples/pytorch/); put its data",
         "# arguments after this script's name: bash launch.sh --dataset_name ... --tokenizer_name ...",
-        f"# Build the model with attn_implementation={t.methods.attention!r}, as measured.",
+        f"# Build the model with attn_implementation={t.attention!r}, as measured."
+        if t.attention != "none"
+        else "# The model has no attention implementation to choose.",
         "# The recipe record holds no learning-rate schedule: add the original run's (--lr_scheduler_type, warm-up).",
+    ]
+    if r.get("kernel_path"):
+        lines.append(f"# Measured with kernels {r['kernel_path']}: install the same packages for the same speed.")
+    lines += [
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
     ]

@@ -8,19 +8,23 @@ One row per trial record. Columns (units in the names; NaN where a value does no
 e.g. every metric of a trial that did not run `ok`):
 
     file, trial_id, sweep, outcome, message, date, git_revision
-    model, family, hardware, device, gpu_name, mem_budget_gib
+    model, model_type, task, hardware, device, gpu_name, mem_budget_gib
     budget, n_nodes, gpus_per_node, n_gpus        (hardware x nodes; n_gpus counts every device of the trial)
-    global_batch, tokens_per_sample, train_steps, precision, recipe        (the recipe measured)
+    global_batch, unit, tokens_per_sample, train_steps, precision, recipe  (the recipe measured; a "token"
+                                                                           is the task's unit: token or image)
     original_gpus, original_days                                           (the model's original run)
     zero_stage, offload, recompute, micro_batch, gas, attention, compile, config
+    kernel_path                                    (which fused kernels ran, where a model has them: Mamba)
     step_time_s, step_time_std_s, noisy, extrapolated, gas_measured,       (measured, `ok` only)
     tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
     mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
     trial                                                                  (the record's trial dict)
 
-`config` is a short label of the methods ("ZeRO-1 recompute mb 8x2 sdpa fp32"); `recipe`
-labels what was measured ("batch 16 x 128 tokens, 143,000 steps, fp32"), since a step time
-is only comparable between trials of the same recipe.
+`config` is a short label of the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32",
+with the kernel path where a model has one); `recipe` labels what was measured ("batch 16 x
+128 tokens, 143,000 steps, fp32"; "batch 4096 images of 224x224, ..."), since a step time is
+only comparable between trials of the same recipe. `attention` and `precision` are what ran
+(`suite.config.Trial`): `none` for a model without attention, fp32 for a `recipe` run on CPU.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def type_problems(config: Any, prefix: str = "") -> list[str]:
     return problems
 
 
-def config_label(t: Trial, gas: Any) -> str:
+def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     me = t.methods
     parts = [f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"]
     if me.offload != "none":
@@ -94,17 +98,19 @@ def config_label(t: Trial, gas: Any) -> str:
     if me.recompute != "none":
         parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
     parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
-    parts.append(me.attention)
+    parts.append(t.attention)
     if me.compile:
         parts.append("compile")
     parts.append(t.precision)
+    if kernel_path:
+        parts.append(f"kernels {kernel_path}")
     return " ".join(parts)
 
 
 def recipe_label(t: Trial) -> str:
     r = t.model.recipe
-    unit = "patches" if t.model.family == "vit" else "tokens"
-    return f"batch {r.global_batch} x {t.tokens_per_sample} {unit}, {r.train_steps:,} steps, {r.precision}"
+    sample = f"x {r.seq_len} tokens" if t.unit == "token" else f"images of {r.image_size}x{r.image_size}"
+    return f"batch {r.global_batch} {sample}, {r.train_steps:,} steps, {r.precision}"
 
 
 def _recipe_gas(t: Trial) -> int | None:
@@ -159,7 +165,8 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "date": prov.get("date"),
         "git_revision": prov.get("git_revision"),
         "model": t.model.name,
-        "family": t.model.family,
+        "model_type": t.model.model_type,
+        "task": t.model.task,
         "hardware": hw.name,
         "device": hw.device,
         "gpu_name": hw.gpu,
@@ -169,6 +176,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "n_gpus": t.devices,
         "mem_budget_gib": hw.mem_gib,
         "global_batch": r.global_batch,
+        "unit": t.unit,
         "tokens_per_sample": t.tokens_per_sample,
         "train_steps": r.train_steps,
         "precision": t.precision,
@@ -180,9 +188,10 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,
         "gas": gas,
-        "attention": me.attention,
+        "attention": t.attention,
         "compile": me.compile,
-        "config": config_label(t, gas),
+        "config": config_label(t, gas, m.get("kernel_path")),
+        "kernel_path": m.get("kernel_path"),
     }
     out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})
     out["trial"] = rec["trial"]

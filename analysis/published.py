@@ -1,4 +1,4 @@
-"""The seed paper's published time-to-train figures and what they imply.
+"""Published time-to-train figures of Khandelwal et al. 2024 ("$100K or 100 Days") and what they imply.
 
 Each figure is set beside the MFU it implies (the model's FLOPs per token, counted with
 `suite.models.count_flops` as for every measured trial, against the GPU's dense peak from
@@ -21,7 +21,7 @@ from suite.cli import CONF_DIR
 from suite.config import DebugConfig, HardwareConfig, MeasureConfig, MethodsConfig, ModelConfig, Trial
 from suite.metrics import peak_flops
 
-SOURCE = "Khandelwal et al. 2024, arXiv 2410.23261 (shared/reference/seed-paper.md)"
+SOURCE = 'Khandelwal et al. 2024, "$100K or 100 Days", arXiv 2410.23261'
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,12 @@ def trial_for(p: Published) -> Trial:
 
 @cache
 def flops_per_token(model: str) -> float:
-    """A text model's FLOPs per token (forward + backward) at its recipe's sequence length,
-    counted on the meta device (a few seconds)."""
+    """A model's FLOPs (forward + backward) per unit of its task (a token, or an image) at its
+    recipe's shape, counted on the meta device (a few seconds)."""
     m = model_config(model)
+    t = Trial(m, HardwareConfig(), MethodsConfig(), MeasureConfig(), DebugConfig())
     flops_per_sample, _ = models.count_flops(m, "sdpa", "none")
-    return flops_per_sample / m.recipe.seq_len
+    return flops_per_sample / t.tokens_per_sample
 
 
 def published_estimates(prices: Prices) -> pd.DataFrame:

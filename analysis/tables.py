@@ -101,7 +101,7 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
     )
     cost_note = (
         "Cloud cost = GPU-hours x the price in conf/prices/cloud.yaml; owned cost = purchase price "
-        f"(conf/prices/owned.yaml, the seed paper's) amortized over {prices.amortization_years:g} years. "
+        f"(conf/prices/owned.yaml, Khandelwal et al. 2024's) amortized over {prices.amortization_years:g} years. "
         "n/a: no price or no peak (CPU)."
     )
     model, budget, recipe = Column("model", "model"), Column("budget", "budget"), Column("recipe", "recipe")

@@ -1,7 +1,11 @@
 """`suite-bench`: resolve a trial from Hydra config, validate it, run it, store the result.
 
+    suite-bench model=pythia-14m hardware=cpu-x2                    # one trial on two CPU workers
     suite-bench model=pythia-160m hardware=a100-80gb-x4 methods.zero_stage=2
+    suite-bench model=mamba-2.8b hardware=h100-sxm-x4
     suite-bench -m model=pythia-14m,pythia-31m hardware=cpu-x2 methods.zero_stage=0,1,2,3
+    suite-bench model=hf model.hf_config=path/to/config.json model.task=causal-lm hardware=a6000-x4
+    suite-bench --config-dir my_conf model=my-model hardware=a6000-x4  # my_conf/model/my-model.yaml
 
 A single run with bad values exits 2 listing every problem. In a multirun a bad
 combination is recorded as `invalid` and the sweep goes on; a trial already in the store
@@ -13,6 +17,7 @@ spreads one trial over N nodes (suite/cluster.py).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -29,17 +34,26 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def trial_from_cfg(cfg: DictConfig) -> Trial:
+    """The trial of a composed config; a local config.json's fields are copied into the
+    trial (`suite.models.inline`), so its record stands alone."""
+    from suite import models
+
     d = OmegaConf.to_container(cfg, resolve=True)
     spec = {k: d[k] for k in ("model", "hardware", "methods", "measure", "debug")}
-    return Trial.from_dict({**spec, "nodes": d["cluster"]["nodes"]})
+    t = Trial.from_dict({**spec, "nodes": d["cluster"]["nodes"]})
+    return replace(t, model=models.inline(t.model))
 
 
 def describe(t: Trial) -> str:
-    me = t.methods
+    """The trial in one line, with the attention and precision that run (see `Trial`)."""
+    me, r = t.methods, t.model.recipe
+    precision = t.precision
+    if me.precision == "recipe" and precision != r.precision:
+        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
     return (
         f"{t.model.name} {t.hardware.name} zero={me.zero_stage} offload={me.offload} "
-        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={me.attention}"
-        f"{' compile' if me.compile else ''} {t.precision}"
+        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={t.attention}"
+        f"{' compile' if me.compile else ''} {precision}"
     )
 
 
@@ -52,9 +66,11 @@ def summary_line(rec: dict, t: Trial) -> str:
         return f"{head} | {rec['message']} ({source})"
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a (cpu)"
     spread = 100 * m["step_time_std_s"] / m["step_time_s"]
+    unit = {"token": "tok", "image": "img"}[t.unit]
+    kernels = f", kernels {m['kernel_path']}" if m.get("kernel_path") else ""
     return (
         f"{head} | step {m['step_time_s']:.3f} s ±{spread:.1f}%{' NOISY' if m['noisy'] else ''}, "
-        f"{m['tokens_per_s']:,.0f} tok/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB ({source})"
+        f"{m['tokens_per_s']:,.0f} {unit}/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB{kernels} ({source})"
     )
 
 

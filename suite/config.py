@@ -12,31 +12,34 @@ import hashlib
 import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
-FAMILIES = ("gpt_neox", "gpt2", "llama", "roberta", "vit")
 PRECISIONS = ("fp32", "bf16", "fp16")
-ATTENTIONS = ("eager", "sdpa", "flash_attention_2")
+ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "none")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 RECOMPUTES = ("none", "full")
 DEVICES = ("cpu", "cuda")
 FAULTS = ("none", "hang", "kill", "nan")
 GPU_COUNTS = (1, 2, 4, 8)
+TASKS = {"causal-lm": "token", "masked-lm": "token", "image-classification": "image"}
+"""Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
+(an image has no token count common to every architecture: a ViT sees patches, a ConvNeXt pixels)."""
 
 
 @dataclass
 class RecipeConfig:
-    """The model's original pretraining recipe (seed-paper.md has the sources)."""
+    """The model's original pretraining recipe; each conf/model YAML cites its source."""
 
     global_batch: int = MISSING
     """Samples per optimizer step, summed over all devices; fixed across methods."""
     seq_len: int = 0
-    """Tokens per sample (text models); 0 for image models."""
+    """Tokens per sample (text tasks)."""
     image_size: int = 0
-    """Image side in pixels (image models); 0 for text models."""
+    """Image side in pixels (image tasks); the model config's `image_size`, where it has one, follows it."""
     train_steps: int = MISSING
     """Optimizer steps of the original run."""
     precision: str = MISSING
@@ -45,6 +48,7 @@ class RecipeConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    """Gradient-norm clipping; 0 for none."""
     original_gpus: int = 0
     """GPUs of the original run (0 when unknown)."""
     original_days: float = 0.0
@@ -53,22 +57,23 @@ class RecipeConfig:
 
 @dataclass
 class ModelConfig:
-    """Architecture of a standard model, built with `transformers` from random weights."""
+    """Any `transformers` architecture, built from its config with random weights.
+
+    A model is data: a `model_type` (any key of transformers' CONFIG_MAPPING) and the fields
+    of its transformers config, or a local `config.json`, plus the task it is trained for.
+    `suite.models` builds every one through the same path; no architecture has code of its own.
+    """
 
     name: str = MISSING
-    family: str = MISSING
-    """One of FAMILIES: selects the `transformers` class and the synthetic batch."""
-    hidden: int = MISSING
-    layers: int = MISSING
-    heads: int = MISSING
-    kv_heads: int = 0
-    """Key/value heads (grouped-query attention); 0 means equal to `heads`."""
-    intermediate: int = MISSING
-    vocab: int = 0
-    max_positions: int = 0
-    rotary_pct: float = 0.25
-    patch_size: int = 16
-    num_labels: int = 0
+    task: str = MISSING
+    """One of TASKS: picks the AutoModelFor... class, the synthetic batch and the labels."""
+    model_type: str = ""
+    """transformers model type (gpt_neox, llama, mamba, convnext, ...); may be left empty with `hf_config`."""
+    hf_config: str = ""
+    """A local config.json (or a folder holding one) to start from; never a Hub id. A trial
+    keeps the file's fields in `config` (see `suite.models.inline`), so its record stands alone."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """transformers config fields, with transformers' names; over `hf_config` where both give one."""
     source: str = ""
     """Where the shapes come from."""
     recipe: RecipeConfig = field(default_factory=RecipeConfig)
@@ -103,13 +108,15 @@ class MethodsConfig:
     offload: str = "none"
     """none, optimizer (ZeRO >= 1) or optimizer+params (ZeRO-3) to CPU."""
     recompute: str = "none"
-    """Activation recomputation: none or full (every block)."""
+    """Activation recomputation: none or full (every block, see `suite.models.apply_recompute`)."""
     micro_batch: int = 1
     """Samples per device per micro-step; gradient accumulation keeps the global batch."""
     attention: str = "sdpa"
+    """eager, sdpa or flash_attention_2, where the model class supports it. A model without
+    attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`Trial.attention`)."""
     compile: bool = False
     precision: str = "recipe"
-    """recipe (the model's own), or an override: fp32, bf16, fp16."""
+    """recipe (the model's own; fp32 on CPU, see `Trial.precision`), or an override: fp32, bf16, fp16."""
 
 
 @dataclass
@@ -212,8 +219,36 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
 
 
+def model_name(hf_config: str) -> str:
+    """conf/model/hf.yaml's default name: the config's folder name, or the file's own name
+    when it is not config.json ("hf" while no file is given)."""
+    p = Path(hf_config)
+    if not hf_config:
+        return "hf"
+    return p.parent.name if p.name == "config.json" and p.parent.name else (p.stem if p.suffix == ".json" else p.name)
+
+
+PROGRAMS = {"cli": ("suite-bench", "suite.cli"), "search": ("suite-search", "suite.search")}
+"""Hydra job name (the module's file name) -> the command's name and the module whose docstring is its usage."""
+
+
+def program(job_name: str) -> str:
+    return PROGRAMS.get(job_name, (job_name, ""))[0]
+
+
+def usage(job_name: str) -> str:
+    """`--help`'s text before the config groups: the command's module docstring."""
+    import importlib
+
+    name, module = PROGRAMS.get(job_name, (job_name, ""))
+    return (importlib.import_module(module).__doc__ or "").strip() if module else name
+
+
 def register() -> None:
     ConfigStore.instance().store(name="config_schema", node=Config)
+    OmegaConf.register_new_resolver("model_name", model_name, replace=True)
+    OmegaConf.register_new_resolver("suite_program", program, replace=True)
+    OmegaConf.register_new_resolver("suite_usage", usage, replace=True)
 
 
 @dataclass(frozen=True)
@@ -257,8 +292,26 @@ class Trial:
     # Derived quantities; one owner each.
     @property
     def precision(self) -> str:
+        """The precision that runs: methods.precision; for `recipe`, the recipe's on a GPU and
+        fp32 on a CPU, where 16-bit recipes are GPU recipes (DeepSpeed trains no fp16 there)
+        and fp32 is the precision every CPU trains. The record's metrics repeat it."""
         p = self.methods.precision
-        return self.model.recipe.precision if p == "recipe" else p
+        if p != "recipe":
+            return p
+        return "fp32" if self.hardware.device == "cpu" else self.model.recipe.precision
+
+    @property
+    def attention(self) -> str:
+        """The attention that runs: methods.attention, or `none` for a model without attention
+        (Mamba, ConvNeXt), which has no implementation to choose. The record's metrics repeat it."""
+        from suite import models
+
+        return "none" if models.attentions(self.model) == () else self.methods.attention
+
+    @property
+    def unit(self) -> str:
+        """What throughput counts for the model's task (TASKS): token or image."""
+        return TASKS.get(self.model.task, "token")
 
     @property
     def devices(self) -> int:
@@ -267,12 +320,13 @@ class Trial:
 
     @property
     def per_device_batch(self) -> int:
-        return self.model.recipe.global_batch // self.devices
+        """Samples per device per step; 0 for a device count below 1 (invalid, see `problems`)."""
+        return self.model.recipe.global_batch // self.devices if self.devices > 0 else 0
 
     @property
     def gas(self) -> int:
-        """Gradient accumulation steps that keep the recipe's global batch."""
-        return self.per_device_batch // self.methods.micro_batch
+        """Gradient accumulation steps that keep the recipe's global batch (0 for a micro-batch below 1)."""
+        return self.per_device_batch // self.methods.micro_batch if self.methods.micro_batch > 0 else 0
 
     @property
     def gas_measured(self) -> int:
@@ -280,10 +334,8 @@ class Trial:
 
     @property
     def tokens_per_sample(self) -> int:
-        r = self.model.recipe
-        if self.model.family == "vit":
-            return (r.image_size // self.model.patch_size) ** 2 + 1  # patches + [CLS]
-        return r.seq_len
+        """Units of throughput per sample (see `unit`): seq_len tokens of text, or 1 image."""
+        return self.model.recipe.seq_len if self.unit == "token" else 1
 
 
 def _choice(problems: list[str], name: str, value: Any, allowed: tuple) -> None:
@@ -296,38 +348,34 @@ def _positive(problems: list[str], name: str, value: float) -> None:
         problems.append(f"{name}={value} must be > 0")
 
 
+def _not_negative(problems: list[str], name: str, value: float) -> None:
+    if value < 0:
+        problems.append(f"{name}={value} must be >= 0")
+
+
 def problems(t: Trial) -> list[str]:
     """Every problem with the values and their combination; empty when the trial is valid."""
-    p: list[str] = []
-    m, r, hw, me, ms = t.model, t.model.recipe, t.hardware, t.methods, t.measure
-    _choice(p, "model.family", m.family, FAMILIES)
-    for k in ("hidden", "layers", "heads", "intermediate"):
-        _positive(p, f"model.{k}", getattr(m, k))
-    if m.heads > 0 and m.hidden % m.heads:
-        p.append(f"model.hidden={m.hidden} is not divisible by model.heads={m.heads}")
-    if m.kv_heads and m.heads % m.kv_heads:
-        p.append(f"model.heads={m.heads} is not divisible by model.kv_heads={m.kv_heads}")
-    if m.family == "vit":
-        _positive(p, "model.recipe.image_size", r.image_size)
-        _positive(p, "model.num_labels", m.num_labels)
-        if r.image_size > 0 and m.patch_size > 0 and r.image_size % m.patch_size:
-            p.append(f"model.recipe.image_size={r.image_size} is not a multiple of model.patch_size={m.patch_size}")
-    elif m.family in FAMILIES:
-        _positive(p, "model.recipe.seq_len", r.seq_len)
-        _positive(p, "model.vocab", m.vocab)
-        if r.seq_len > m.max_positions > 0:
-            p.append(f"model.recipe.seq_len={r.seq_len} exceeds model.max_positions={m.max_positions}")
+    from suite import models  # it reads the model's transformers config (no build)
+
+    r, hw, me, ms = t.model.recipe, t.hardware, t.methods, t.measure
+    p = models.problems(t)
     _positive(p, "model.recipe.global_batch", r.global_batch)
     _positive(p, "model.recipe.train_steps", r.train_steps)
     _choice(p, "model.recipe.precision", r.precision, PRECISIONS)
+    _positive(p, "model.recipe.lr", r.lr)
+    for k in ("weight_decay", "grad_clip", "original_gpus", "original_days"):
+        _not_negative(p, f"model.recipe.{k}", getattr(r, k))
+    if len(r.betas) != 2 or not all(0 <= b < 1 for b in r.betas):
+        p.append(f"model.recipe.betas={list(r.betas)} must be two values in [0, 1)")
 
     _choice(p, "hardware.device", hw.device, DEVICES)
     _positive(p, "hardware.count", hw.count)
     if hw.device == "cuda" and hw.count not in GPU_COUNTS:
         p.append(f"hardware.count={hw.count} is not a GPU count of one node; choose one of {GPU_COUNTS}")
     _positive(p, "cluster.nodes", t.nodes)
-    if hw.mem_gib < 0:
-        p.append(f"hardware.mem_gib={hw.mem_gib} must be >= 0")
+    _not_negative(p, "hardware.mem_gib", hw.mem_gib)
+    for k, v in hw.peak_tflops.items():
+        _positive(p, f"hardware.peak_tflops.{k}", v)
 
     _choice(p, "methods.zero_stage", me.zero_stage, (0, 1, 2, 3))
     _choice(p, "methods.offload", me.offload, OFFLOADS)
@@ -344,10 +392,8 @@ def problems(t: Trial) -> list[str]:
         p.append(f"precision bf16 is not supported by {hw.name}; set methods.precision=fp16 or fp32")
     if prec == "fp16" and hw.device == "cpu":
         p.append(f"precision fp16 does not train on CPU ({hw.name}); set methods.precision=fp32 or bf16")
-    if me.attention == "flash_attention_2" and prec == "fp32":
+    if t.attention == "flash_attention_2" and prec == "fp32":
         p.append("methods.attention=flash_attention_2 needs bf16 or fp16; set methods.precision")
-    if me.attention == "flash_attention_2" and m.family not in ("gpt_neox", "llama", "gpt2"):
-        p.append(f"methods.attention=flash_attention_2 is not available for model.family={m.family}")
     if r.global_batch > 0 and hw.count > 0 and t.nodes > 0:
         over = f"hardware.count={hw.count}" + (f" x cluster.nodes={t.nodes}" if t.nodes > 1 else "")
         if r.global_batch % t.devices:
@@ -360,13 +406,16 @@ def problems(t: Trial) -> list[str]:
 
     for k in ("warmup_steps", "timed_steps", "max_micro_steps", "timeout_s"):
         _positive(p, f"measure.{k}", getattr(ms, k))
+    _not_negative(p, "measure.seed", ms.seed)
     _choice(p, "debug.fault", t.debug.fault, FAULTS)
+    if t.debug.fault != "none" and not 0 <= t.debug.fault_rank < max(t.devices, 1):
+        p.append(f"debug.fault_rank={t.debug.fault_rank} is not a rank of the trial's {t.devices} device(s)")
     return p
 
 
 def unsupported(t: Trial) -> str | None:
     """Why this machine cannot run a valid trial, or None. Checked before any launch."""
-    if t.methods.attention == "flash_attention_2":
+    if t.attention == "flash_attention_2":
         if t.hardware.device == "cpu":
             return "flash-attn needs a CUDA GPU; it is unavailable on CPU"
         if importlib.util.find_spec("flash_attn") is None:

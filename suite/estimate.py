@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from suite.config import ModelConfig, Trial
+from suite.models import count_flops, shape
 
 GIB = 2**30
 # Fixed per-rank overhead beyond model states and activations (buffers, allocator slack).
@@ -48,12 +49,19 @@ _counted: dict[tuple[str, str, str], tuple[float, int]] = {}
 
 def _flops_and_params(m: ModelConfig, attention: str, recompute: str) -> tuple[float, int]:
     """FLOPs per sample and parameters, counted once per (model, attention, recompute)."""
-    from suite.models import count_flops
-
     key = (repr(m), attention, recompute)
     if key not in _counted:
         _counted[key] = count_flops(m, attention, recompute)
     return _counted[key]
+
+
+def positions(t: Trial) -> int:
+    """Positions a block sees per sample: the text sequence, or an image's patches (its side
+    over the config's patch size, which is ConvNeXt's stem stride) for image tasks."""
+    r = t.model.recipe
+    if t.unit == "token":
+        return r.seq_len
+    return (r.image_size // max(shape(t.model).patch_size, 1)) ** 2
 
 
 class SimpleEstimator:
@@ -76,15 +84,15 @@ class SimpleEstimator:
         return (weights + grads + optim) * n_params + buckets
 
     def activation_bytes(self, t: Trial) -> float:
-        m, b = t.model, t.methods.micro_batch
-        s, h, a = t.tokens_per_sample, m.hidden, m.heads
+        b, sh = t.methods.micro_batch, shape(t.model)
+        s, h, a = positions(t), sh.hidden, sh.heads
         scale = 2.0 if t.precision == "fp32" else 1.0
-        per_layer = s * b * h * 34 + (0 if t.methods.attention != "eager" else 5 * a * s * s * b)
+        per_layer = s * b * h * 34 + (0 if t.attention != "eager" else 5 * a * s * s * b)
         if t.methods.recompute == "full":
-            layers = 2 * s * b * h * m.layers + per_layer  # checkpoints + one block being recomputed
+            layers = 2 * s * b * h * sh.layers + per_layer  # checkpoints + one block being recomputed
         else:
-            layers = per_layer * m.layers
-        logits = 0 if m.family == "vit" else 3 * 4 * b * s * m.vocab  # fp32 logits, softmax, grad
+            layers = per_layer * sh.layers
+        logits = 3 * 4 * b * s * sh.vocab if t.unit == "token" else 0  # fp32 logits, softmax, grad
         return scale * layers + logits
 
     def estimate(self, t: Trial) -> Estimate:
@@ -93,7 +101,7 @@ class SimpleEstimator:
         hw_flops, _ = _flops_and_params(t.model, me.attention, me.recompute)
         states = self.model_states_bytes(t, n_params) + OVERHEAD_BYTES
         mem = states + self.activation_bytes(t)
-        tokens = me.micro_batch * t.tokens_per_sample
+        tokens = me.micro_batch * positions(t)
         efficiency = tokens / (tokens + HALF_EFFICIENCY_TOKENS[t.hardware.device])
         work = hw_flops * t.per_device_batch
         penalty = ZERO_PENALTY[me.zero_stage] * OFFLOAD_PENALTY[me.offload]

@@ -3,6 +3,8 @@
     step_time = (GAS - 1) * t_micro + t_boundary + t_optimizer     (steady state)
     MFU = model_flops_per_token * tokens_per_s / (n_devices * peak_flops[dtype])
 
+A "token" is the task's unit (`Trial.unit`): a text token, or a whole image for image tasks.
+
 MFU never counts recomputation; HFU does. An MFU above 100% means the timing is wrong,
 so it raises instead of producing a record.
 """
@@ -82,6 +84,9 @@ def summarize(
         "hardware_flops_per_token": hw_flops_per_sample / t.tokens_per_sample,
         "mfu": None,
         "hfu": None,
+        # What ran, where it differs from what was asked (Trial.precision, Trial.attention).
+        "precision": t.precision,
+        "attention": t.attention,
     }
     peak = peak_flops(t)
     if peak:

@@ -1,74 +1,360 @@
-"""Model building, synthetic batches of the recipe's shape, and FLOP counting.
+"""Any transformers architecture: its config, the model, synthetic batches, FLOPs and validation.
 
-Every model is built with `transformers` from its config with random weights; nothing is
-ever downloaded. FLOPs are counted with `torch.utils.flop_counter` on the same model built
-on the meta device, so counting costs no memory and no compute.
+A model is data (`ModelConfig`): a transformers `model_type` with its config fields (or a local
+`config.json`) and a task. One generic path serves every architecture:
+
+- the config: `AutoConfig.for_model(model_type, **fields)`; a local config.json is read as
+  JSON, never through the Hub (suite/__init__.py turns the Hub off for every suite process);
+- the model: the task's `AutoModelFor...` class, `_from_config`, random weights;
+- the batch, the labels and the unit of throughput follow the task (`TASKS`), not the family;
+- shape facts (`shape`), supported attention (`attentions`), blocks for recomputation and the
+  limits a trial must respect are read from the config and the model class, without building.
+
+FLOPs are counted with `torch.utils.flop_counter` on the model built on the meta device, so
+counting costs no memory and no compute. Optional fused kernels that transformers picks up
+when a package is installed (Mamba's `mamba-ssm`, `causal-conv1d`) are reported by
+`kernel_path`, so a trial says which implementation it timed.
 """
 
 from __future__ import annotations
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+import contextlib
+import dataclasses
+import difflib
+import inspect
+import json
+import math
+import sys
+import types
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from suite.config import ModelConfig
+import torch
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
+
+from suite.config import TASKS, ModelConfig
+
+if TYPE_CHECKING:
+    from suite.config import Trial
+
+AUTO_CLASSES = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "image-classification": "AutoModelForImageClassification",
+}
+EXTRAPOLATION_STEP = 4  # short lengths counted for a model with a per-position reference loop
+MASKED_FRACTION = 0.15  # masked LM: the share of positions predicted (BERT's and RoBERTa's 15%)
+# Keys of a saved config.json that describe the file, not the architecture; the trial's
+# precision, not the file's dtype, decides the weights' dtype.
+FILE_METADATA = ("transformers_version", "architectures", "_name_or_path", "auto_map", "torch_dtype", "dtype")
+# Config fields the suite sets from the trial; a model config may not set them.
+SUITE_FIELDS = {
+    "dtype": "methods.precision",
+    "torch_dtype": "methods.precision",
+    "attn_implementation": "methods.attention",
+    "_attn_implementation": "methods.attention",
+    "use_cache": "the suite (training keeps no key/value cache)",
+}
+
+
+class ModelError(ValueError):
+    """A model config that cannot be resolved; the message names the field and the value."""
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The fields of a local config.json (or of DIR/config.json); never a Hub download."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ModelError(
+            f"model.hf_config={path!r} is not a local file or a folder with a config.json "
+            "(configs are read from local files only, never from the Hugging Face Hub)"
+        )
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"model.hf_config={path!r} is not readable JSON ({e})") from e
+    if not isinstance(d, dict) or not isinstance(d.get("model_type"), str):
+        raise ModelError(f"model.hf_config={path!r} has no model_type; a transformers config.json names one")
+    return {k: v for k, v in d.items() if k not in FILE_METADATA}
+
+
+def fields(m: ModelConfig) -> tuple[str, dict[str, Any]]:
+    """The model type and the config fields: the local file's, then `m.config` over them."""
+    if not m.hf_config:
+        return m.model_type, dict(m.config)
+    file = read_config_file(m.hf_config)
+    file_type = file.pop("model_type")
+    if m.model_type and m.model_type != file_type:
+        raise ModelError(f"model.model_type={m.model_type!r} but model.hf_config={m.hf_config!r} is {file_type!r}")
+    return file_type, {**file, **m.config}
+
+
+def inline(m: ModelConfig) -> ModelConfig:
+    """`m` with its local config.json's fields copied into `config`, so a trial's record stands
+    alone and its id changes when the file does. Unchanged if the file cannot be read (the
+    trial's problems then say why)."""
+    if not m.hf_config:
+        return m
+    try:
+        model_type, merged = fields(m)
+    except ModelError:
+        return m
+    path = str(Path(m.hf_config).expanduser().resolve())
+    source = m.source or f"config.json from {path}"
+    return dataclasses.replace(m, model_type=model_type, hf_config="", config=merged, source=source)
+
+
+def _config_class(model_type: str):
+    from transformers import CONFIG_MAPPING
+
+    if not model_type:
+        raise ModelError(
+            "model.model_type is empty: name a transformers model type (gpt_neox, llama, mamba, convnext, ...) "
+            "or a local config.json with model.hf_config"
+        )
+    if model_type not in CONFIG_MAPPING:
+        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=3)
+        hint = f"; did you mean {', '.join(near)}?" if near else " (see transformers.CONFIG_MAPPING)"
+        raise ModelError(f"model.model_type={model_type!r} is not a model type of this transformers{hint}")
+    return CONFIG_MAPPING[model_type]
 
 
 def hf_config(m: ModelConfig):
-    import transformers as tf
+    """The transformers config of `m`: random-init training settings (no key/value cache) and,
+    for image tasks, the recipe's image size where the architecture has one."""
+    from transformers import AutoConfig
 
-    if m.family == "gpt_neox":
-        return tf.GPTNeoXConfig(
-            vocab_size=m.vocab,
-            hidden_size=m.hidden,
-            num_hidden_layers=m.layers,
-            num_attention_heads=m.heads,
-            intermediate_size=m.intermediate,
-            max_position_embeddings=m.max_positions,
-            rotary_pct=m.rotary_pct,
-            use_cache=False,
-            tie_word_embeddings=False,
-        )
-    if m.family == "gpt2":
-        return tf.GPT2Config(
-            vocab_size=m.vocab,
-            n_embd=m.hidden,
-            n_layer=m.layers,
-            n_head=m.heads,
-            n_inner=m.intermediate,
-            n_positions=m.max_positions,
-            use_cache=False,
-        )
-    if m.family == "llama":
-        return tf.LlamaConfig(
-            vocab_size=m.vocab,
-            hidden_size=m.hidden,
-            num_hidden_layers=m.layers,
-            num_attention_heads=m.heads,
-            num_key_value_heads=m.kv_heads or m.heads,
-            intermediate_size=m.intermediate,
-            max_position_embeddings=m.max_positions,
-            use_cache=False,
-        )
-    if m.family == "roberta":
-        return tf.RobertaConfig(
-            vocab_size=m.vocab,
-            hidden_size=m.hidden,
-            num_hidden_layers=m.layers,
-            num_attention_heads=m.heads,
-            intermediate_size=m.intermediate,
-            max_position_embeddings=m.max_positions,
-        )
-    if m.family == "vit":
-        return tf.ViTConfig(
-            hidden_size=m.hidden,
-            num_hidden_layers=m.layers,
-            num_attention_heads=m.heads,
-            intermediate_size=m.intermediate,
-            image_size=m.recipe.image_size,
-            patch_size=m.patch_size,
-            num_labels=m.num_labels,
-        )
-    raise ValueError(f"unknown model family {m.family!r}")
+    model_type, f = fields(m)
+    _config_class(model_type)
+    try:
+        cfg = AutoConfig.for_model(model_type, **f)
+    except Exception as e:  # noqa: BLE001 - transformers validates fields with many exception types
+        why = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__  # the validator's words
+        raise ModelError(f"model.config is not a valid {model_type} config: {why}") from e
+    if hasattr(cfg, "use_cache"):
+        # Training never reuses keys and values: a cache only costs memory (and Mamba's fused
+        # training path runs only without one).
+        cfg.use_cache = False
+    if TASKS.get(m.task) == "image" and hasattr(cfg, "image_size"):
+        cfg.image_size = m.recipe.image_size
+    return cfg
+
+
+def task_class(m: ModelConfig, cfg=None):
+    """The task's AutoModelFor... class for `m`'s config (a class, nothing built)."""
+    import transformers
+
+    if m.task not in AUTO_CLASSES:
+        raise ModelError(f"model.task={m.task!r} is not allowed; choose one of {', '.join(AUTO_CLASSES)}")
+    cfg = cfg if cfg is not None else hf_config(m)
+    mapping = getattr(transformers, AUTO_CLASSES[m.task])._model_mapping
+    try:
+        return mapping[type(cfg)]
+    except KeyError:
+        has = [task for task, auto in AUTO_CLASSES.items() if type(cfg) in getattr(transformers, auto)._model_mapping]
+        raise ModelError(
+            f"model_type {cfg.model_type!r} has no {m.task} model in transformers ({AUTO_CLASSES[m.task]}); "
+            f"its tasks here: {', '.join(has) or 'none of ' + ', '.join(AUTO_CLASSES)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Shape facts read from a transformers config by transformers' common names (attribute
+    maps included, so GPT-2's n_embd is `hidden`); 0 where a model has none."""
+
+    hidden: int
+    """hidden_size; where the width changes by stage (ConvNeXt's hidden_sizes), the widest."""
+    layers: int
+    """Blocks: the sum of `depths` where stages have depths (ConvNeXt), else num_hidden_layers."""
+    heads: int
+    """num_attention_heads; 0 without attention."""
+    vocab: int
+    """vocab_size; 0 for image models."""
+    max_positions: int
+    """max_position_embeddings; 0 where the sequence length is not bounded by positions (Mamba)."""
+    patch_size: int
+    """Image models: the patch (ViT) or stem stride (ConvNeXt); 0 for text models."""
+    num_labels: int
+    num_channels: int
+
+
+def _int(cfg, name: str) -> int:
+    v = getattr(cfg, name, None)
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _shape(cfg) -> Shape:
+    widths = getattr(cfg, "hidden_sizes", None) or []
+    depths = getattr(cfg, "depths", None) or []
+    return Shape(
+        hidden=_int(cfg, "hidden_size") or max(widths, default=0),
+        layers=sum(depths) if depths else _int(cfg, "num_hidden_layers"),
+        heads=_int(cfg, "num_attention_heads"),
+        vocab=_int(cfg, "vocab_size"),
+        max_positions=_int(cfg, "max_position_embeddings"),
+        patch_size=_int(cfg, "patch_size"),
+        num_labels=_int(cfg, "num_labels"),
+        num_channels=_int(cfg, "num_channels") or 3,
+    )
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What validation and labels need to know of a model, read without building it."""
+
+    shape: Shape
+    model_class: str
+    attentions: tuple[str, ...]
+    """Attention implementations the model class offers; () for a model without attention."""
+    block_names: tuple[str, ...]
+    """Classes transformers keeps whole (`_no_split_modules`) of the model and its base model."""
+    head_dim_given: bool
+    gradient_checkpointing: bool
+    """Whether transformers' own gradient checkpointing (the Trainer's) supports the model class."""
+
+
+_archs: dict[str, Arch | str] = {}
+
+
+def _read_arch(m: ModelConfig) -> Arch:
+    import transformers
+
+    cfg = hf_config(m)
+    cls = task_class(m, cfg)
+    offered = (("eager", True), ("sdpa", cls._supports_sdpa), ("flash_attention_2", cls._supports_flash_attn))
+    supported = tuple(name for name, flag in offered if flag)
+    s = _shape(cfg)
+    try:
+        base = transformers.AutoModel._model_mapping[type(cfg)]
+    except KeyError:
+        base = None
+    names = set(cls._no_split_modules or []) | set(getattr(base, "_no_split_modules", None) or [])
+    return Arch(
+        shape=s,
+        model_class=cls.__name__,
+        attentions=() if supported == ("eager",) and not s.heads else supported,
+        block_names=tuple(sorted(names)),
+        head_dim_given=getattr(cfg, "head_dim", None) is not None,
+        gradient_checkpointing=bool(cls.supports_gradient_checkpointing),
+    )
+
+
+def arch(m: ModelConfig) -> Arch:
+    """`m`'s architecture facts (cached per model config); raises ModelError if it has none."""
+    key = json.dumps(dataclasses.asdict(m), sort_keys=True, default=str)
+    if key not in _archs:
+        try:
+            _archs[key] = _read_arch(m)
+        except ModelError as e:
+            _archs[key] = str(e)
+    a = _archs[key]
+    if isinstance(a, str):
+        raise ModelError(a)
+    return a
+
+
+def shape(m: ModelConfig) -> Shape:
+    """Shape facts of `m` for whoever needs a size (bucket sizes, estimates), without a build."""
+    return arch(m).shape
+
+
+def attentions(m: ModelConfig) -> tuple[str, ...] | None:
+    """The attention implementations `m` offers: () without attention, None if `m` is invalid."""
+    try:
+        return arch(m).attentions
+    except ModelError:
+        return None
+
+
+def _positive_fields(cfg_class, f: dict[str, Any]) -> list[str]:
+    """Integer fields given a value <= 0 where transformers' default is a positive integer."""
+    default = cfg_class()
+    out = []
+    for k, v in f.items():
+        d = getattr(default, k, None)
+        if isinstance(d, (list, tuple)) and d and all(isinstance(x, int) and x > 0 for x in d):
+            if isinstance(v, list) and any(not isinstance(x, int) or x <= 0 for x in v):
+                out.append(f"model.config.{k}={v} must hold integers > 0")
+        elif isinstance(d, int) and not isinstance(d, bool) and d > 0:
+            if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+                out.append(f"model.config.{k}={v} must be > 0")
+    return out
+
+
+def _unknown_fields(cfg_class, f: dict[str, Any], built) -> list[str]:
+    """Fields the config class neither declares nor takes (a typo is kept as a stray attribute)."""
+    default = cfg_class()
+    out = []
+    for k in f:
+        if not hasattr(default, k) and k in vars(built):
+            near = difflib.get_close_matches(k, [a for a in vars(default) if not a.startswith("_")], n=2)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            out.append(f"model.config.{k} is not a field of {cfg_class.__name__}{hint}")
+    return out
+
+
+def problems(t: Trial) -> list[str]:
+    """Every problem of the trial's model against its architecture, without building it."""
+    m, r, me = t.model, t.model.recipe, t.methods
+    p: list[str] = []
+    if m.task not in TASKS:
+        p.append(f"model.task={m.task!r} is not allowed; choose one of {', '.join(TASKS)}")
+    try:
+        model_type, f = fields(m)
+        cfg_class = _config_class(model_type)
+    except ModelError as e:
+        return p + [str(e)]
+    for k, owner in SUITE_FIELDS.items():
+        if k in m.config:
+            p.append(f"model.config.{k} is set by the trial, not the model config: use {owner}")
+    bad = _positive_fields(cfg_class, f)
+    if bad:  # transformers' own validators would only report the first of them
+        return p + bad
+    try:
+        built = hf_config(m)
+    except ModelError as e:
+        return p + [str(e)]
+    p += _unknown_fields(cfg_class, f, built)
+    if m.task not in TASKS:
+        return p
+    try:
+        a = arch(m)
+    except ModelError as e:
+        return p + [str(e)]
+    s = a.shape
+    if s.heads and s.hidden % s.heads and not a.head_dim_given:
+        p.append(f"model.config: hidden_size={s.hidden} is not divisible by num_attention_heads={s.heads}")
+    kv = _int(built, "num_key_value_heads")
+    if s.heads and kv and s.heads % kv:
+        p.append(f"model.config: num_attention_heads={s.heads} is not divisible by num_key_value_heads={kv}")
+    if TASKS[m.task] == "token":
+        if r.seq_len <= 0:
+            p.append(f"model.recipe.seq_len={r.seq_len} must be > 0")
+        if s.vocab <= 0:
+            p.append(f"model.config.vocab_size={s.vocab} must be > 0 for {m.task}")
+        if r.seq_len > s.max_positions > 0:
+            p.append(
+                f"model.recipe.seq_len={r.seq_len} exceeds the model's positions "
+                f"(model.config max_position_embeddings={s.max_positions})"
+            )
+    else:
+        if r.image_size <= 0:
+            p.append(f"model.recipe.image_size={r.image_size} must be > 0")
+        elif s.patch_size > 0 and r.image_size % s.patch_size:
+            p.append(f"model.recipe.image_size={r.image_size} is not a multiple of the patch size {s.patch_size}")
+        if s.num_labels <= 0:
+            p.append(f"model.config.num_labels={s.num_labels} must be > 0 for {m.task}")
+    if me.recompute == "full" and not a.block_names:
+        p.append(f"methods.recompute=full needs repeated blocks; {a.model_class} names none (_no_split_modules)")
+    if a.attentions and me.attention not in a.attentions:
+        allowed = ", ".join(a.attentions)
+        p.append(f"methods.attention={me.attention} is not supported by {a.model_class}; choose one of {allowed}")
+    return p
 
 
 def block_class(model: torch.nn.Module) -> type[torch.nn.Module] | None:
@@ -116,58 +402,174 @@ def apply_recompute(model: torch.nn.Module) -> None:
 def build(m: ModelConfig, attention: str, recompute: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
     """The model with random weights on the current default device, in training mode.
 
-    `dtype` (default: torch's default, fp32) is the dtype its weights are created in, so a
-    16-bit trial never holds an fp32 copy of the model; buffers that transformers keeps in
-    fp32 (rotary frequencies) stay fp32.
+    `attention` is the implementation to run; a model without attention takes none, whatever
+    is asked (`Trial.attention` records `none` for it). `dtype` (default: torch's default,
+    fp32) is the dtype its weights are created in, so a 16-bit trial never holds an fp32 copy
+    of the model; buffers that transformers keeps in fp32 (rotary frequencies) stay fp32.
     """
-    import transformers as tf
-
-    cls = {
-        "gpt_neox": tf.GPTNeoXForCausalLM,
-        "gpt2": tf.GPT2LMHeadModel,
-        "llama": tf.LlamaForCausalLM,
-        "roberta": tf.RobertaForMaskedLM,
-        "vit": tf.ViTForImageClassification,
-    }[m.family]
-    kwargs = {"attn_implementation": attention}
+    cfg = hf_config(m)
+    kwargs: dict[str, Any] = {}
+    if attentions(m):
+        kwargs["attn_implementation"] = attention
     if dtype is not None:
         kwargs["dtype"] = dtype
-    model = cls._from_config(hf_config(m), **kwargs)
+    model = task_class(m, cfg)._from_config(cfg, **kwargs)
     if recompute == "full":
         apply_recompute(model)
     return model.train()
 
 
 def batch(m: ModelConfig, micro_batch: int, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
-    """One synthetic micro-batch of the recipe's shape, drawn from `gen` on the CPU."""
-    b, r = micro_batch, m.recipe
-    if m.family == "vit":
-        x = torch.randn(b, 3, r.image_size, r.image_size, generator=gen)
-        y = torch.randint(0, m.num_labels, (b,), generator=gen)
+    """One synthetic micro-batch of the recipe's shape for the model's task, drawn from `gen` on the CPU.
+
+    causal-lm: random tokens, labelled by themselves (the model shifts them);
+    masked-lm: random tokens, MASKED_FRACTION of the positions labelled, the rest ignored (-100);
+    image-classification: Gaussian pixels and a random class per image.
+    """
+    b, r, s = micro_batch, m.recipe, shape(m)
+    if TASKS[m.task] == "image":
+        x = torch.randn(b, s.num_channels, r.image_size, r.image_size, generator=gen)
+        y = torch.randint(0, s.num_labels, (b,), generator=gen)
         return {"pixel_values": x.to(device), "labels": y.to(device)}
-    ids = torch.randint(0, m.vocab, (b, r.seq_len), generator=gen)
-    if m.family == "roberta":  # masked LM: 15% of positions are predicted
-        masked = torch.rand(b, r.seq_len, generator=gen) < 0.15
+    ids = torch.randint(0, s.vocab, (b, r.seq_len), generator=gen)
+    labels = ids
+    if m.task == "masked-lm":
+        masked = torch.rand(b, r.seq_len, generator=gen) < MASKED_FRACTION
         labels = torch.where(masked, ids, torch.full_like(ids, -100))
-        return {"input_ids": ids.to(device), "labels": labels.to(device)}
-    return {"input_ids": ids.to(device), "labels": ids.to(device)}
+    return {"input_ids": ids.to(device), "labels": labels.to(device)}
+
+
+def _fallback_kernels(model: torch.nn.Module) -> list[tuple[types.ModuleType, str, Any, str, bool]]:
+    """(module, name, function, package, fast) for each function of the model's modeling
+    modules that transformers binds to an optional package's kernel when the package is
+    installed, else to its PyTorch reference (`use_kernel_func_from_hub_with_fallback`: the
+    closure holds `package` and `is_new_implementation`)."""
+    found = []
+    names = sorted({type(mod).__module__ for mod in model.modules()})
+    for module in filter(None, (sys.modules.get(n) for n in names)):
+        for name, fn in list(vars(module).items()):
+            # Plain functions only: attribute lookups on transformers' lazy modules import them.
+            if not inspect.isfunction(fn) or not inspect.isfunction(getattr(fn, "__wrapped__", None)):
+                continue
+            free = inspect.getclosurevars(fn).nonlocals
+            if "is_new_implementation" in free and "package" in free:
+                found.append((module, name, fn, str(free["package"]), bool(free["is_new_implementation"])))
+    return found
+
+
+def kernel_path(model: torch.nn.Module) -> str | None:
+    """Which implementation the model's optional fused kernels run: "fast (mamba-ssm, ...)" when
+    every package transformers looks for is installed, "slow (PyTorch reference; ... not
+    installed)" when none is, "mixed (...)" otherwise; None for a model without such kernels."""
+    found = _fallback_kernels(model)
+    if not found:
+        return None
+    fast = sorted({pkg.replace("_", "-") for *_, pkg, ok in found if ok})
+    slow = sorted({pkg.replace("_", "-") for *_, pkg, ok in found if not ok})
+    if not slow:
+        return f"fast ({', '.join(fast)})"
+    if not fast:
+        return f"slow (PyTorch reference; {', '.join(slow)} not installed)"
+    return f"mixed (fast: {', '.join(fast)}; slow: {', '.join(slow)} not installed)"
+
+
+@contextlib.contextmanager
+def reference_kernels(model: torch.nn.Module):
+    """Run the model's optional fused kernels as their PyTorch references for a while: a custom
+    kernel neither runs on the meta device nor shows its FLOPs to FlopCounterMode."""
+    swapped = [(module, name, fn) for module, name, fn, _, fast in _fallback_kernels(model) if fast]
+    for module, name, fn in swapped:
+        setattr(module, name, fn.__wrapped__)
+    try:
+        yield
+    finally:
+        for module, name, fn in swapped:
+            setattr(module, name, fn)
+
+
+def _conv_backward_flop(grad_out_shape, x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """A convolution's backward FLOPs: the input gradient as PyTorch counts it, and the weight
+    gradient counted per group. torch's formula counts a grouped convolution's weight gradient
+    as if dense, `groups` times too many FLOPs (a depthwise one's `channels` times: ConvNeXt's
+    7x7 and Mamba's 1D convolutions). Each weight element sums over the batch and every output
+    position (every input position of a transposed one), one multiply-add each."""
+    transposed, output_mask = args[4], args[7]
+    flops = 0
+    if output_mask[0]:
+        flops += conv_flop_count(grad_out_shape, w_shape, out_shape[0], not transposed)
+    if output_mask[1]:
+        positions = math.prod((x_shape if transposed else grad_out_shape)[2:])
+        flops += 2 * math.prod(w_shape) * x_shape[0] * positions
+    return flops
+
+
+def flop_counter() -> FlopCounterMode:
+    """PyTorch's FlopCounterMode with grouped convolutions' backward counted right."""
+    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flop})
+
+
+def _count(model: torch.nn.Module, m: ModelConfig, micro_batch: int) -> int:
+    """FLOPs of one forward + backward of the built (meta) model on a micro-batch of `m`'s recipe."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = {k: v.to("meta") for k, v in batch(m, micro_batch, gen, "cpu").items()}
+    if attentions(m) and TASKS[m.task] == "token":
+        # An explicit 4D mask: causal-mask creation reads tensor values, which meta tensors
+        # lack. The attention FLOPs counted are the same.
+        s = m.recipe.seq_len
+        inputs["attention_mask"] = torch.zeros(micro_batch, 1, s, s, device="meta")
+    with reference_kernels(model), flop_counter() as counter:
+        model(**inputs).loss.backward()
+    return counter.get_total_flops()
+
+
+def _at_length(m: ModelConfig, seq_len: int) -> ModelConfig:
+    return dataclasses.replace(m, recipe=dataclasses.replace(m.recipe, seq_len=seq_len))
+
+
+def _extrapolated(model: torch.nn.Module, m: ModelConfig, micro_batch: int) -> int | None:
+    """FLOPs at the recipe's length from four short lengths, or None where that is not exact.
+
+    A PyTorch reference of a fused sequence kernel (Mamba's selective scan) loops over every
+    position, which on the meta device takes hours at a recipe's length. Counted FLOPs are a
+    polynomial of degree <= 2 in the length (linear layers, convolutions and scans grow
+    linearly, attention quadratically): three short lengths fix it, a fourth checks it exactly,
+    and it is evaluated at the recipe's length. Lengths are multiples of the config's
+    `chunk_size` where it has one, so a chunked scan pads alike at every length.
+    """
+    chunk = _int(hf_config(m), "chunk_size")
+    lengths = [k * (chunk or EXTRAPOLATION_STEP) for k in (1, 2, 3, 4)]
+    if m.recipe.seq_len <= lengths[-1]:
+        return None
+    counts = [_count(model, _at_length(m, n), micro_batch) for n in lengths]
+
+    def fit(x: int) -> Fraction:  # Lagrange polynomial through the first three points
+        total = Fraction(0)
+        for i in range(3):
+            term = Fraction(counts[i])
+            for j in range(3):
+                if j != i:
+                    term *= Fraction(x - lengths[j], lengths[i] - lengths[j])
+            total += term
+        return total
+
+    if fit(lengths[3]) != counts[3]:
+        return None
+    return round(fit(m.recipe.seq_len))
 
 
 def count_flops(m: ModelConfig, attention: str, recompute: str, micro_batch: int = 1) -> tuple[float, int]:
     """(FLOPs of forward + backward per sample, parameter count), on the meta device.
 
-    With recompute="full" the recomputed forward is counted too (hardware FLOPs).
+    With recompute="full" the recomputed forward is counted too (hardware FLOPs). Fused
+    kernels count as their PyTorch reference (`reference_kernels`); a model with such kernels
+    is counted at short lengths and extrapolated exactly (`_extrapolated`).
     """
-    gen = torch.Generator().manual_seed(0)
-    inputs = {k: v.to("meta") for k, v in batch(m, micro_batch, gen, "cpu").items()}
     with torch.device("meta"):
         model = build(m, "sdpa" if attention == "flash_attention_2" else attention, recompute)
-        n_params = sum(p.numel() for p in model.parameters())
-        if m.family in ("gpt_neox", "gpt2", "llama"):
-            # An explicit 4D mask: causal-mask creation reads tensor values, which meta
-            # tensors lack. The attention FLOPs counted are the same.
-            s = m.recipe.seq_len
-            inputs["attention_mask"] = torch.zeros(micro_batch, 1, s, s)
-        with FlopCounterMode(display=False) as counter:
-            model(**inputs).loss.backward()
-    return counter.get_total_flops() / micro_batch, n_params
+    n_params = sum(p.numel() for p in model.parameters())
+    flops = None
+    if TASKS[m.task] == "token" and _fallback_kernels(model):
+        flops = _extrapolated(model, m, micro_batch)
+    if flops is None:
+        flops = _count(model, m, micro_batch)
+    return flops / micro_batch, n_params

