@@ -49,6 +49,8 @@
   const gpuLabel = (r) =>
     r.device === "cpu" ? `CPU workers${r.mem_budget_gib ? `, ${r.mem_budget_gib} GiB each` : ""}` : r.gpu_name || r.hardware;
   const budgetLabel = (r) => `${r.model} \u00b7 ${r.hardware}`;
+  // Throughput counts the task's unit: text tokens, or whole images for an image model.
+  const units = (r) => (r.unit === "image" ? "images" : "tokens");
 
   // ---- the table ---------------------------------------------------------------------------
 
@@ -68,7 +70,8 @@
         if (r.noisy) out.push(el("span", { class: "noisy", title: "spread above the noise threshold", text: "noisy" }));
         return out;
       } },
-    { key: "tokens_per_s", label: "Tokens/s", num: true, cell: (r) => fmt(r.tokens_per_s, "int") },
+    { key: "tokens_per_s", label: "Tokens/s", num: true, title: "text tokens per second, or images for an image model",
+      cell: (r) => (r.unit === "image" && has(r.tokens_per_s) ? `${fmt(r.tokens_per_s, "int")} img` : fmt(r.tokens_per_s, "int")) },
     { key: "mfu", label: "MFU", num: true, title: "model FLOPs utilization (n/a on CPU)", cell: (r) => fmt(r.mfu, "pct") },
     { key: "peak_mem_gib", label: "Peak mem (GiB)", num: true, title: "largest peak of any device or worker",
       cell: (r) => fmt(r.peak_mem_gib, "gib") },
@@ -219,8 +222,8 @@
         ["timed steps", m.timed_steps],
         ["noisy", m.noisy ? "yes" : "no"],
         ["accumulation", `${m.gas} micro-steps${measured}`],
-        ["tokens per step", fmt(m.tokens_per_step, "int")], ["tokens/s", fmt(m.tokens_per_s, "int")],
-        ["tokens/s per device", fmt(m.tokens_per_s_per_device, "int")],
+        [`${units(r)} per step`, fmt(m.tokens_per_step, "int")], [`${units(r)}/s`, fmt(m.tokens_per_s, "int")],
+        [`${units(r)}/s per device`, fmt(m.tokens_per_s_per_device, "int")],
         ["MFU / HFU", `${fmt(m.mfu, "pct")} / ${fmt(m.hfu, "pct")}`],
         ["peak memory", `${fmt(m.peak_mem_gib, "gib")} GiB` +
           (has(m.peak_reserved_gib) ? ` allocated, ${fmt(m.peak_reserved_gib, "gib")} GiB reserved` : "")],
@@ -468,7 +471,7 @@
         if (r.best) svg.append(sv("circle", { cx: x(r.peak_mem_gib), cy: y(r.tokens_per_s), r: 8.5, fill: "none",
           stroke: "#b88a00", "stroke-width": 2 }));
         svg.append(point(x(r.peak_mem_gib), y(r.tokens_per_s), 4.5, onFront.has(r) ? "#0b62a3" : "#9aa5b1",
-          `${r.config}\n${fmt(r.tokens_per_s, "int")} tokens/s at ${fmt(r.peak_mem_gib, "gib")} GiB` +
+          `${r.config}\n${fmt(r.tokens_per_s, "int")} ${units(r)}/s at ${fmt(r.peak_mem_gib, "gib")} GiB` +
           `${onFront.has(r) ? " (on the front)" : ""}${r.best ? " \u2605 fastest" : ""}`, () => showRow(r.trial_id)));
       }
       panel(container, budgetLabel(rs[0]), `${rs[0].recipe}; ${rs.length} configuration${rs.length > 1 ? "s" : ""} ran`).append(svg);

@@ -35,7 +35,7 @@ from analysis.tables import best_per_budget
 COLUMNS = (
     "trial_id", "model", "recipe", "hardware", "device", "gpu_name", "n_gpus", "mem_budget_gib",
     "outcome", "message", "config", "zero_stage", "offload", "recompute", "micro_batch", "gas",
-    "attention", "compile", "precision", "step_time_s", "step_time_std_s", "noisy", "tokens_per_s",
+    "attention", "compile", "precision", "step_time_s", "step_time_std_s", "noisy", "tokens_per_s", "unit",
     "mfu", "peak_mem_gib", "days", "gpu_hours", "cloud_cost_usd", "cloud_price_source",
     "owned_cost_usd", "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
 )  # fmt: skip
