@@ -6,7 +6,7 @@ One module per concern:
 - `prices`: the editable price tables in `conf/prices/` and the GPU profiles they are keyed by.
 - `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
   FLOPs-only (analytic) estimate and the MFU a published time implies.
-- `published`: the seed paper's published time-to-train figures and the MFU each implies.
+- `published`: Khandelwal et al. 2024's published time-to-train figures and the MFU each implies.
 - `tables`: the report tables as frames (best per budget, across budgets, speed-ups, misfits).
 - `render`: the tables as Markdown, CSV and LaTeX (booktabs).
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.

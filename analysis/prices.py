@@ -1,7 +1,7 @@
 """The price tables in `conf/prices/` and the GPU profiles (`conf/gpu/`) they are keyed by.
 
 `cloud.yaml`: price per GPU-hour with a provider, source and date on every row.
-`owned.yaml`: the seed paper's purchase prices (node base by GPU count, price per GPU) and
+`owned.yaml`: Khandelwal et al. 2024's purchase prices (node base by GPU count, price per GPU) and
 the amortization period. Both are checked on load; every problem is reported at once.
 A record names its GPU by the datasheet name in `hardware.gpu`; `gpu_keys()` maps that
 name back to the profile key (`a100-80gb`) the price tables use.

@@ -117,6 +117,7 @@ def test_cli_exits_2_listing_every_problem_without_traceback(tmp_path):
             *TINY,
             "methods.zero_stage=9",
             "methods.offload=disk",
+            "hardware.count=0",  # once a ZeroDivisionError traceback
             f"store.dir={tmp_path}",
         ],
         capture_output=True,
@@ -126,7 +127,8 @@ def test_cli_exits_2_listing_every_problem_without_traceback(tmp_path):
     )
     assert out.returncode == 2
     assert "methods.zero_stage=9" in out.stderr and "methods.offload='disk'" in out.stderr
-    assert "2 problems" in out.stderr
+    assert "hardware.count=0 must be > 0" in out.stderr
+    assert "3 problems" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
     assert not list(tmp_path.glob("*.json"))  # nothing launched, nothing stored
 
