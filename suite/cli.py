@@ -52,10 +52,18 @@ def summary_line(rec: dict, t: Trial) -> str:
         return f"{head} | {rec['message']} ({source})"
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a (cpu)"
     spread = 100 * m["step_time_std_s"] / m["step_time_s"]
-    return (
+    line = (
         f"{head} | step {m['step_time_s']:.3f} s ±{spread:.1f}%{' NOISY' if m['noisy'] else ''}, "
         f"{m['tokens_per_s']:,.0f} tok/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB ({source})"
     )
+    wrong = m.get("profile_mismatch")
+    if wrong:
+        fits = f"profile {wrong['detected']}" if wrong["detected"] else "no profile in conf/gpu/"
+        line += (
+            f"\n              WARNING: ran on {wrong['device_name']}, not the {wrong['profile_gpu']} of "
+            f"hardware={wrong['profile']} ({fits} fits it): its MFU and memory figures are against the wrong GPU"
+        )
+    return line
 
 
 def served(t: Trial, store_dir: str) -> dict | None:
