@@ -112,13 +112,13 @@ def diagnose() -> tuple[int, str]:
     listed = nvidia_smi_gpus()
     gpus = local_gpus()
     if not gpus and listed:
-        build = f"torch {torch.__version__}" + (
-            f" (built for CUDA {torch.version.cuda})" if torch.version.cuda else ", a CPU-only build"
+        build = f"torch {torch.__version__} " + (
+            f"(built for CUDA {torch.version.cuda})" if torch.version.cuda else "(a CPU-only build)"
         )
         return 2, (
             f"nvidia-smi lists {len(listed)} GPU(s) ({listed[0]}) but {build} cannot use them. Install a CUDA "
-            "build of torch that your driver supports (`nvidia-smi` shows the highest CUDA version), e.g. "
-            "`pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126` "
+            "build of torch that your driver supports (`nvidia-smi` shows the highest CUDA version it runs), e.g. "
+            "`pip uninstall -y torch && pip install torch --index-url https://download.pytorch.org/whl/cu126` "
             "(pytorch.org lists the others), then run this again."
         )
     if not gpus:

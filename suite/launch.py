@@ -297,7 +297,10 @@ def profile_check(t: Trial, metrics: dict[str, Any]) -> dict[str, Any] | None:
 
     local = detect.local_gpus()
     devices = [
-        (m["device_name"], local[rank][1] if rank < min(t.hardware.count, len(local)) else None)
+        (
+            m.get("device_name") or "unknown (not recorded)",
+            local[rank][1] if rank < min(t.hardware.count, len(local)) else None,
+        )
         for rank, m in enumerate(metrics["memory_per_rank"])
     ]
     return detect.mismatch(t, devices)

@@ -142,7 +142,7 @@ def test_detect_stops_when_torch_cannot_use_the_gpus_the_driver_lists(tmp_path, 
         detect.main()
     err = capsys.readouterr().err
     assert done.value.code == 2, err
-    assert "nvidia-smi lists 1 GPU(s) (GPU 0: NVIDIA H100 80GB HBM3" in err and "CPU-only build" in err
+    assert "nvidia-smi lists 1 GPU(s) (GPU 0: NVIDIA H100 80GB HBM3" in err and "(a CPU-only build)" in err
     assert "download.pytorch.org/whl/cu" in err
     monkeypatch.setattr(detect, "nvidia_smi_gpus", lambda: [])
     with pytest.raises(SystemExit) as done:
