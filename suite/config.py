@@ -407,8 +407,7 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
             return (
                 f"flash-attn 2 needs a GPU of compute capability 8.0 or newer (Ampere); this GPU's is {major}.{minor}"
             )
-        if t.precision not in ("fp16", "bf16"):
-            return f"flash-attn computes in fp16 or bf16 only, not {t.precision}"
+        # Its dtypes (fp16, bf16) are a problem of the trial itself: see problems().
         why = flash_attn_problem()
         if why:
             return why
