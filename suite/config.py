@@ -365,9 +365,13 @@ def problems(t: Trial) -> list[str]:
     return p
 
 
-# A command that installs flash-attn: its build imports torch (so not in an isolated build
-# environment) and compiles CUDA code with nvcc, unless a prebuilt wheel matches this torch.
-FLASH_ATTN_INSTALL = "pip install ninja packaging && MAX_JOBS=4 pip install --no-build-isolation 'flash-attn>=2.5'"
+# A command that installs flash-attn: its setup.py imports torch, so it builds in this
+# environment (no isolation), which must then hold its other build needs (setuptools and wheel
+# are not in a fresh venv); it compiles CUDA code with nvcc unless a prebuilt wheel matches.
+FLASH_ATTN_INSTALL = (
+    "pip install setuptools wheel packaging ninja psutil && "
+    "MAX_JOBS=4 pip install --no-build-isolation 'flash-attn>=2.5'"
+)
 FLASH_ATTN_MIN_CAPABILITY = (8, 0)  # FlashAttention-2 runs on Ampere (sm80) and newer GPUs
 
 
