@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import TINY, make_trial
@@ -80,9 +79,8 @@ def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
 
 def test_an_oom_on_node_1_is_recorded_by_node_0_as_oom_naming_that_rank(tmp_path):
     # Rank 1 alone allocates more than its memory budget (RLIMIT_DATA) at the first timed step.
-    start = time.monotonic()
+    # Node 0 waiting for its blocked rank would record a timeout; it records the oom.
     (rc0, out0), (rc1, out1) = finish(agents(tmp_path, "debug.fault=oom", "debug.fault_rank=1"))
-    assert time.monotonic() - start < 120
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert rec["outcome"] == "oom", rec["message"]
     assert rec["message"].startswith("rank 1: RuntimeError:") and "can't allocate memory" in rec["message"]
@@ -92,9 +90,7 @@ def test_an_oom_on_node_1_is_recorded_by_node_0_as_oom_naming_that_rank(tmp_path
 
 
 def test_a_rank_killed_on_node_1_is_the_root_cause_node_0_records(tmp_path):
-    start = time.monotonic()
     (rc0, out0), (rc1, out1) = finish(agents(tmp_path, "debug.fault=kill", "debug.fault_rank=1"))
-    assert time.monotonic() - start < 120
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert rec["outcome"] == "crashed", rec["message"]  # node 0 lost its peer: recorded, not hung
     assert rec["message"].startswith("rank 1 killed by SIGKILL"), rec["message"]  # not rank 0's lost connection
