@@ -112,7 +112,7 @@ def test_node_0_stops_its_blocked_ranks_when_a_rank_of_node_1_reports_oom(tmp_pa
     procs = sleepers(1)
     start = time.monotonic()
     o = launch._wait(t, procs, out, start, launch.Node(rank=0))
-    assert time.monotonic() - start < 10  # not the 300 s timeout
+    assert time.monotonic() - start < 60  # not the 300 s timeout
     assert (o.outcome, o.message) == ("oom", "rank 1: RuntimeError: can't allocate memory")
     assert all(p.poll() is not None for p in procs)
     assert json.load(open(f"{out}/node0.json"))["outcome"] == "oom"  # node 1 learns what was recorded
@@ -127,7 +127,7 @@ def test_node_1_stops_when_node_0_has_recorded_the_trial(tmp_path):
     procs = sleepers(1)
     start = time.monotonic()
     o = launch._wait(t, procs, out, start, launch.Node(rank=1))
-    assert time.monotonic() - start < 10 and all(p.poll() is not None for p in procs)
+    assert time.monotonic() - start < 60 and all(p.poll() is not None for p in procs)
     assert o.outcome == "nan" and o.recorded and "node 0 recorded nan: rank 0: NonFiniteLoss" in o.message
 
 
