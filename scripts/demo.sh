@@ -5,11 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-if hw=$(python -m suite.detect 2>/dev/null); then
-  echo "GPUs found: running the GPU demo on hardware=$hw"
-  suite-bench -m experiment=gpu-demo hardware="$hw" "$@"
-else
-  echo "No CUDA GPU found: running the CPU demo sweep"
-  suite-bench -m experiment=cpu-demo "$@"
-fi
+# 0: the GPUs' profile; 1: no GPU here; 2: GPUs this torch cannot use, or of no known profile
+# (suite.detect says which and what to do): never the CPU demo on a GPU machine.
+hw=$(python -m suite.detect) && found=0 || found=$?
+case $found in
+  0)
+    echo "GPUs found: running the GPU demo on hardware=$hw"
+    suite-bench -m experiment=gpu-demo hardware="$hw" "$@"
+    ;;
+  1)
+    echo "No CUDA GPU found: running the CPU demo sweep"
+    suite-bench -m experiment=cpu-demo "$@"
+    ;;
+  *) exit 1 ;;
+esac
 echo "Results: $(pwd)/results/runs/ (one JSON file per trial); tables: suite-report tables results/runs"

@@ -68,10 +68,18 @@ def summary_line(rec: dict, t: Trial) -> str:
     spread = 100 * m["step_time_std_s"] / m["step_time_s"]
     unit = {"token": "tok", "image": "img"}[t.unit]
     kernels = f", kernels {m['kernel_path']}" if m.get("kernel_path") else ""
-    return (
+    line = (
         f"{head} | step {m['step_time_s']:.3f} s ±{spread:.1f}%{' NOISY' if m['noisy'] else ''}, "
         f"{m['tokens_per_s']:,.0f} {unit}/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB{kernels} ({source})"
     )
+    wrong = m.get("profile_mismatch")
+    if wrong:
+        fits = f"profile {wrong['detected']}" if wrong["detected"] else "no profile in conf/gpu/"
+        line += (
+            f"\n              WARNING: ran on {wrong['device_name']}, not the {wrong['profile_gpu']} of "
+            f"hardware={wrong['profile']} ({fits} fits it): its MFU and memory figures are against the wrong GPU"
+        )
+    return line
 
 
 def served(t: Trial, store_dir: str) -> dict | None:

@@ -5,7 +5,8 @@ A trial with `cluster.nodes=N` runs in one Slurm job of N nodes with one task pe
 an allocation. Each task is the launcher of its node's ranks (`suite.launch`), with the
 same worker code as a one-node trial; the ranks meet through torch.distributed's env://
 rendezvous at the job's first node. Node 0 decides, measures and records; the other nodes
-run their ranks and report only a failure.
+run their ranks, and their ranks' failure reports reach node 0 through the shared store
+(`suite.launch`), so node 0 records the root cause wherever it happened.
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ def node_of(t: Trial) -> launch.Node:
 def follow(t: Trial, node: launch.Node, sweep: str, run: bool, keep_logs: str) -> dict[str, Any]:
     """A further node's part: run its ranks when node 0 runs the trial (`run`), never store.
 
-    Returns a record for the job's log (outcome `follower`); raises ClusterError when its
-    ranks fail, so the job, and with it the sweep, reports the failure.
+    Returns a record for the job's log (outcome `follower`), also when the trial failed and
+    node 0 recorded why; raises ClusterError when its ranks failed and node 0 gave no account
+    of the trial (it is gone), so the job, and with it the sweep, reports the failure.
     """
     if not run:
         return store.record(t, sweep, "follower", f"node {node.rank}: node 0 does not run this trial", {}, 0.0)
     o = launch.run_trial(t, keep_logs=keep_logs, node=node)
-    if o.outcome != "ok":
+    if not o.recorded:
         raise ClusterError(f"node {node.rank} of trial {t.id}: {o.outcome}: {o.message}")
     return store.record(t, sweep, "follower", f"node {node.rank}: {o.message}", {}, o.wall_s)

@@ -9,9 +9,9 @@ once so a user fixes them in one go.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "none")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 RECOMPUTES = ("none", "full")
 DEVICES = ("cpu", "cuda")
-FAULTS = ("none", "hang", "kill", "nan")
+FAULTS = ("none", "hang", "kill", "nan", "oom")
 GPU_COUNTS = (1, 2, 4, 8)
 TASKS = {"causal-lm": "token", "masked-lm": "token", "image-classification": "image"}
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
@@ -139,7 +139,8 @@ class DebugConfig:
     """Fault injection for tests of the failure paths."""
 
     fault: str = "none"
-    """none, hang, kill (SIGKILL itself) or nan, at the first timed step."""
+    """none, hang, kill (SIGKILL itself), nan, or oom (allocate more than the rank's memory: the
+    GPU's, or the CPU budget), at the first timed step."""
     fault_rank: int = 0
 
 
@@ -413,14 +414,57 @@ def problems(t: Trial) -> list[str]:
     return p
 
 
-def unsupported(t: Trial) -> str | None:
-    """Why this machine cannot run a valid trial, or None. Checked before any launch."""
+# A command that installs flash-attn: its setup.py imports torch, so it builds in this
+# environment (no isolation), which must then hold its other build needs (setuptools and wheel
+# are not in a fresh venv); it compiles CUDA code with nvcc unless a prebuilt wheel matches.
+FLASH_ATTN_INSTALL = (
+    "pip install setuptools wheel packaging ninja psutil && "
+    "MAX_JOBS=4 pip install --no-build-isolation 'flash-attn>=2.5'"
+)
+FLASH_ATTN_MIN_CAPABILITY = (8, 0)  # FlashAttention-2 runs on Ampere (sm80) and newer GPUs
+
+
+@cache
+def flash_attn_problem() -> str | None:
+    """Why flash-attn cannot serve this process's trials (not installed, does not import, a version
+    transformers refuses), or None."""
+    try:
+        import flash_attn  # noqa: F401 - the CUDA extension loads here: an ABI mismatch shows now, not mid-trial
+    except ModuleNotFoundError:
+        return f"flash-attn is not installed (on a CUDA machine with nvcc: {FLASH_ATTN_INSTALL})"
+    except Exception as e:  # noqa: BLE001 - any import failure (undefined symbol, missing library) is the reason
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"flash-attn does not import ({type(e).__name__}: {first}); reinstall it: {FLASH_ATTN_INSTALL}"
+    from transformers.utils import is_flash_attn_2_available
+
+    if not is_flash_attn_2_available():
+        return "transformers cannot use the installed flash-attn (it needs flash-attn >= 2.3.3 and a CUDA torch)"
+    return None
+
+
+def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | None:
+    """Why this machine cannot run a valid trial, or None. Checked before any launch.
+
+    `capability`: the compute capability of the trial's GPUs; None reads GPU 0's.
+    """
+    cuda = t.hardware.device == "cuda"
     if t.attention == "flash_attention_2":
-        if t.hardware.device == "cpu":
+        if not cuda:
             return "flash-attn needs a CUDA GPU; it is unavailable on CPU"
-        if importlib.util.find_spec("flash_attn") is None:
-            return "flash-attn is not installed (pip install 'suite[flash]' on a CUDA machine)"
-    if t.hardware.device == "cuda":
+        if capability is None:
+            import torch
+
+            capability = torch.cuda.get_device_capability(0) if torch.cuda.device_count() else None
+        if capability is not None and tuple(capability) < FLASH_ATTN_MIN_CAPABILITY:
+            major, minor = capability
+            return (
+                f"flash-attn 2 needs a GPU of compute capability 8.0 or newer (Ampere); this GPU's is {major}.{minor}"
+            )
+        # Its dtypes (fp16, bf16) are a problem of the trial itself: see problems().
+        why = flash_attn_problem()
+        if why:
+            return why
+    if cuda:
         import torch
 
         have = torch.cuda.device_count()

@@ -19,7 +19,21 @@ import traceback
 
 from suite.config import Trial
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+# Out-of-memory in an error's text (lower case), where it is not a MemoryError or
+# torch.OutOfMemoryError. Where each comes from:
+OOM_MARKERS = (
+    "out of memory",  # CUDA: the caching allocator's "CUDA out of memory", cudaErrorMemoryAllocation's
+    # "CUDA error: out of memory" (also pinned host memory), "CUDA driver error: out of memory",
+    # and NCCL's "Cuda failure 'out of memory'" in the "Last error:" that torch appends (NCCLUtils.cpp)
+    "can't allocate memory",  # torch's CPU allocator: "DefaultCPUAllocator: can't allocate memory: ..."
+    "cannot allocate memory",  # strerror(ENOMEM), "[Errno 12] Cannot allocate memory"
+    "alloc_failed",  # "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`" (torch's
+    # TORCH_CUDABLAS_CHECK); cuDNN 8's "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"; cuSPARSE, cuSOLVER, cuFFT alike
+    "allocation_failed",  # cuDNN 9: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED (and _HOST_)
+    "failed to malloc",  # NCCL's host allocation (alloc.h): "Failed to malloc N bytes"
+    "failed to cuda host alloc",  # NCCL's pinned host allocation (alloc.h)
+    "std::bad_alloc",  # a C++ allocation failure that torch passes on as a RuntimeError
+)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -178,6 +192,15 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
 
 
 def inject(fault: str) -> None:
+    if fault == "oom":
+        # One allocation beyond this rank's memory, through the real allocator: the GPU's
+        # whole memory on CUDA, the RLIMIT_DATA budget (hardware.mem_gib) on CPU.
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.empty(torch.cuda.mem_get_info()[1] + 2**30, dtype=torch.uint8, device="cuda")
+        else:
+            torch.empty(resource.getrlimit(resource.RLIMIT_DATA)[0], dtype=torch.uint8)
     if fault == "hang":
         while True:
             time.sleep(3600)
