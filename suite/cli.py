@@ -36,8 +36,11 @@ def trial_from_cfg(cfg: DictConfig) -> Trial:
 
 def describe(t: Trial) -> str:
     me = t.methods
+    sharding = f"zero={me.zero_stage}"
+    if me.engine == "fsdp2":
+        sharding = f"fsdp2 {'full_shard' if me.reshard_after_forward else 'shard_grad_op'}"
     return (
-        f"{t.model.name} {t.hardware.name} zero={me.zero_stage} offload={me.offload} "
+        f"{t.model.name} {t.hardware.name} {sharding} offload={me.offload} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={me.attention}"
         f"{' compile' if me.compile else ''} {t.precision}"
     )
