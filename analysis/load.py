@@ -12,13 +12,15 @@ e.g. every metric of a trial that did not run `ok`):
     budget, n_nodes, gpus_per_node, n_gpus        (hardware x nodes; n_gpus counts every device of the trial)
     global_batch, tokens_per_sample, train_steps, precision, recipe        (the recipe measured)
     original_gpus, original_days                                           (the model's original run)
-    zero_stage, offload, recompute, micro_batch, gas, attention, compile, config
+    engine, sharding, zero_stage, reshard_after_forward, offload, recompute, micro_batch, gas,
+    attention, compile, config
     step_time_s, step_time_std_s, noisy, extrapolated, gas_measured,       (measured, `ok` only)
     tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
     mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
     trial                                                                  (the record's trial dict)
 
-`config` is a short label of the methods ("ZeRO-1 recompute mb 8x2 sdpa fp32"); `recipe`
+`sharding` labels the engine and its sharding (one of SHARDINGS); `config` is a short label of
+the methods ("ZeRO-1 recompute mb 8x2 sdpa fp32", "FSDP2 full_shard mb 4x4 sdpa bf16"); `recipe`
 labels what was measured ("batch 16 x 128 tokens, 143,000 steps, fp32"), since a step time
 is only comparable between trials of the same recipe.
 """
@@ -86,9 +88,21 @@ def type_problems(config: Any, prefix: str = "") -> list[str]:
     return problems
 
 
+# Each engine's sharding modes, least sharded first: DeepSpeed ZeRO-0 (plain data parallel) to 3,
+# then FSDP2 without (shard_grad_op) and with (full_shard) resharding after forward.
+SHARDINGS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2 shard_grad_op", "FSDP2 full_shard")
+
+
+def sharding_label(t: Trial) -> str:
+    me = t.methods
+    if me.engine == "fsdp2":
+        return "FSDP2 full_shard" if me.reshard_after_forward else "FSDP2 shard_grad_op"
+    return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
+
+
 def config_label(t: Trial, gas: Any) -> str:
     me = t.methods
-    parts = [f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"]
+    parts = [sharding_label(t)]
     if me.offload != "none":
         parts.append(f"offload {me.offload}")
     if me.recompute != "none":
@@ -175,7 +189,10 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recipe": recipe_label(t),
         "original_gpus": r.original_gpus,
         "original_days": r.original_days,
+        "engine": me.engine,
+        "sharding": sharding_label(t),
         "zero_stage": me.zero_stage,
+        "reshard_after_forward": me.reshard_after_forward,
         "offload": me.offload,
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,
