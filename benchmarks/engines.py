@@ -84,7 +84,7 @@ def main() -> None:
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     out_path = Path(args.out or (work / "engines.json" if args.tiny else ROOT / "results/benchmarks/engines.json"))
-    seq, gb = (32, 8) if args.tiny else (args.seq_len, args.global_batch)
+    seq, gb = (32, 4) if args.tiny else (args.seq_len, args.global_batch)
     rows = []
     for model in args.models.split(","):
         base = [
