@@ -108,7 +108,8 @@ def run_export(args: argparse.Namespace) -> None:
     paths = write_export(w, out)
     print(f"Winner for {r['model']} on {r['budget']}: {r['config']}")
     print(f"  measured step {r['step_time_s']:.3f} s -> {r['days']:,.2f} days; trial {r['trial_id']} ({r['file']})")
-    print(f"\nDeepSpeed config ({out / 'ds_config.json'}):\n{json.dumps(w.ds_config, indent=2)}")
+    title, name, settings = w.engine_file
+    print(f"\n{title} ({out / name}):\n{json.dumps(settings, indent=2)}")
     print(f"\nTrainingArguments:\n{json.dumps(w.training_args, indent=2)}")
     print(f"\nLaunch (from {out}; add the script's data arguments):\n{w.launch_command}")
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
@@ -140,7 +141,7 @@ COMMANDS = (
     Command("tables", "time-to-train and cost tables (Markdown, CSV, LaTeX)", add_tables, run_tables),
     Command(
         "export",
-        "the winning configuration as DeepSpeed JSON, TrainingArguments and a launch command",
+        "the winning configuration as DeepSpeed JSON or FSDP config, TrainingArguments and a launch command",
         add_export,
         run_export,
     ),

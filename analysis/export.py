@@ -1,9 +1,11 @@
 """The winner of a (model, budget), ready to launch the real pretraining run.
 
-The DeepSpeed JSON is `suite.methods.deepspeed_config` at the recipe's full gradient
-accumulation (the trial measured at most `measure.max_micro_steps`). The Hugging Face
-`TrainingArguments` say the same thing in the Trainer's terms (the Trainer checks that the
-two agree), and the launch command runs a Trainer script with them under `torchrun`.
+A DeepSpeed winner exports its DeepSpeed JSON, `suite.methods.deepspeed_config` at the recipe's
+full gradient accumulation (the trial measured at most `measure.max_micro_steps`); an FSDP2
+winner its `fsdp_config` (`suite.methods.fsdp_config`: FSDP version 2, the block class to wrap,
+reshard_after_forward, activation checkpointing). The Hugging Face `TrainingArguments` say the
+same thing in the Trainer's terms (for DeepSpeed the Trainer checks that the two agree), and the
+launch command runs a Trainer script with them under `torchrun`.
 The model's architecture goes along as a `transformers` config, so the run starts from
 the same random-init model that was measured.
 """
@@ -24,7 +26,8 @@ from analysis.tables import best_per_budget
 from suite import methods, models
 from suite.config import Trial
 
-DS_CONFIG, TRAINING_ARGS, LAUNCH, MODEL_DIR = "ds_config.json", "training_args.json", "launch.sh", "model"
+DS_CONFIG, FSDP_CONFIG = "ds_config.json", "fsdp_config.json"
+TRAINING_ARGS, LAUNCH, MODEL_DIR = "training_args.json", "launch.sh", "model"
 # Hugging Face's example Trainer scripts (transformers/examples/pytorch/) for each task.
 SCRIPTS = {
     "causal-lm": "run_clm.py",
@@ -44,14 +47,25 @@ class Winner:
     row: pd.Series
     """The measured trial's row, with its estimates."""
     trial: Trial
-    ds_config: dict[str, Any]
+    ds_config: dict[str, Any] | None
+    """The DeepSpeed JSON (engine deepspeed), else None."""
+    fsdp_config: dict[str, Any] | None
+    """TrainingArguments' fsdp_config (engine fsdp2), else None."""
     training_args: dict[str, Any]
     script: str
     """The Trainer script the launch command runs."""
 
     @property
+    def engine_file(self) -> tuple[str, str, dict[str, Any]]:
+        """The engine's settings file: what it is, its name and its content."""
+        if self.ds_config is not None:
+            return "DeepSpeed config", DS_CONFIG, self.ds_config
+        return "FSDP config (TrainingArguments' fsdp_config)", FSDP_CONFIG, self.fsdp_config
+
+    @property
     def launch_env(self) -> dict[str, str]:
-        return {"DS_ACCELERATOR": "cpu"} if self.trial.hardware.device == "cpu" else {}
+        cpu_deepspeed = self.trial.hardware.device == "cpu" and self.trial.methods.engine == "deepspeed"
+        return {"DS_ACCELERATOR": "cpu"} if cpu_deepspeed else {}
 
     @property
     def launcher(self) -> list[str]:
@@ -64,9 +78,14 @@ class Winner:
         return ["torchrun", f"--nnodes={self.trial.nodes}", per_node, "--rdzv_backend=c10d", rdzv, self.script]
 
     @property
-    def flags(self) -> list[tuple[str, str]]:
-        """The script's arguments: the model config, then the TrainingArguments."""
-        return [("--config_name", MODEL_DIR)] + [(f"--{k}", _flag(v)) for k, v in self.training_args.items()]
+    def flags(self) -> list[tuple[str, ...]]:
+        """The script's arguments: the model config, then the TrainingArguments. `fsdp` is a bare
+        flag: the Trainer reads a value given to it as a legacy option string (training_args.py,
+        `_apply_legacy_fsdp_to_config`), and "True" is not one."""
+        flags: list[tuple[str, ...]] = [("--config_name", MODEL_DIR)]
+        for k, v in self.training_args.items():
+            flags.append(("--fsdp",) if k == "fsdp" else (f"--{k}", _flag(v)))
+        return flags
 
     @property
     def launch_command(self) -> str:
@@ -83,7 +102,11 @@ def _checkpointing_arg() -> str:
 
 
 def training_arguments(t: Trial) -> dict[str, Any]:
-    """`transformers.TrainingArguments` keyword arguments equivalent to the trial at the full recipe."""
+    """`transformers.TrainingArguments` keyword arguments equivalent to the trial at the full recipe.
+
+    Under DeepSpeed its JSON names the optimizer; under FSDP2 `optim` does, and activation
+    checkpointing is FSDP's own (fsdp_config), as the Trainer advises (training_args.py,
+    `_process_fsdp_args`: the Trainer's flag would all-gather again in backward)."""
     r, me, hw = t.model.recipe, t.methods, t.hardware
     args: dict[str, Any] = {
         "output_dir": "checkpoints",
@@ -98,11 +121,12 @@ def training_arguments(t: Trial) -> dict[str, Any]:
         "bf16": t.precision == "bf16",
         "fp16": t.precision == "fp16",
         "torch_compile": me.compile,
-        "deepspeed": DS_CONFIG,
     }
-    if me.offload == "none":  # otherwise DeepSpeed's own CPU Adam, set in the DeepSpeed JSON
-        args["optim"] = "adamw_torch_fused" if hw.device == "cuda" else "adamw_torch"
-    if me.recompute == "full":
+    if me.engine == "fsdp2":
+        args.update(fsdp=True, fsdp_config=FSDP_CONFIG, optim="adamw_torch_fused")
+    else:
+        args["deepspeed"] = DS_CONFIG
+    if me.recompute == "full" and me.engine == "deepspeed":
         name = _checkpointing_arg()
         args[name] = True
         args[f"{name}_kwargs"] = {"use_reentrant": False}
@@ -159,7 +183,20 @@ def export_winner(
             f"{models.arch(t.model).model_class} (transformers marks it as not supporting gradient "
             "checkpointing); export a trial without recomputation (trial=ID)"
         )
-    return Winner(row, t, methods.deepspeed_config(t, t.gas), training_arguments(t), script or SCRIPTS[t.model.task])
+    script = script or SCRIPTS[t.model.task]
+    if t.methods.engine == "fsdp2":
+        fsdp = methods.fsdp_config(t, _block_class_name(t))
+        return Winner(row, t, None, fsdp, training_arguments(t), script)
+    return Winner(row, t, methods.deepspeed_config(t, t.gas), None, training_arguments(t), script)
+
+
+def _block_class_name(t: Trial) -> str:
+    """The class FSDP wraps, one unit per instance: the model's block (built on the meta device)."""
+    import torch
+
+    with torch.device("meta"):
+        model = models.build(t.model, t.attention, "none")
+    return models.block_class(model).__name__
 
 
 def _script_text(w: Winner) -> str:
@@ -188,11 +225,12 @@ def _script_text(w: Winner) -> str:
 
 
 def write_export(w: Winner, out_dir: str | Path) -> list[Path]:
-    """ds_config.json, training_args.json, launch.sh and model/config.json in `out_dir`."""
+    """ds_config.json or fsdp_config.json, training_args.json, launch.sh and model/config.json in `out_dir`."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
+    _, name, settings = w.engine_file
     files = {
-        d / DS_CONFIG: json.dumps(w.ds_config, indent=2) + "\n",
+        d / name: json.dumps(settings, indent=2) + "\n",
         d / TRAINING_ARGS: json.dumps(w.training_args, indent=2) + "\n",
         d / LAUNCH: _script_text(w),
     }

@@ -13,17 +13,19 @@ e.g. every metric of a trial that did not run `ok`):
     global_batch, unit, tokens_per_sample, train_steps, precision, recipe  (the recipe measured; a "token"
                                                                            is the task's unit: token or image)
     original_gpus, original_days                                           (the model's original run)
-    zero_stage, offload, recompute, micro_batch, gas, attention, compile, config
+    engine, sharding, zero_stage, reshard_after_forward, offload, recompute, micro_batch, gas,
+    attention, compile, config
     kernel_path                                    (which fused kernels ran, where a model has them: Mamba)
     step_time_s, step_time_std_s, noisy, extrapolated, gas_measured,       (measured, `ok` only)
     tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
     mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
     trial                                                                  (the record's trial dict)
 
-`config` is a short label of the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32",
-with the kernel path where a model has one); `recipe` labels what was measured ("batch 16 x
-128 tokens, 143,000 steps, fp32"; "batch 4096 images of 224x224, ..."), since a step time is
-only comparable between trials of the same recipe. `attention` and `precision` are what ran
+`sharding` labels the engine and its sharding (one of SHARDINGS); `config` is a short label of
+the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32", "FSDP2 full_shard mb 4x4 sdpa
+bf16", with the kernel path where a model has one); `recipe` labels what was measured ("batch
+16 x 128 tokens, 143,000 steps, fp32"; "batch 4096 images of 224x224, ..."), since a step time
+is only comparable between trials of the same recipe. `attention` and `precision` are what ran
 (`suite.config.Trial`): `none` for a model without attention, fp32 for a `recipe` run on CPU.
 """
 
@@ -90,9 +92,21 @@ def type_problems(config: Any, prefix: str = "") -> list[str]:
     return problems
 
 
+# Each engine's sharding modes, least sharded first: DeepSpeed ZeRO-0 (plain data parallel) to 3,
+# then FSDP2 without (shard_grad_op) and with (full_shard) resharding after forward.
+SHARDINGS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2 shard_grad_op", "FSDP2 full_shard")
+
+
+def sharding_label(t: Trial) -> str:
+    me = t.methods
+    if me.engine == "fsdp2":
+        return "FSDP2 full_shard" if me.reshard_after_forward else "FSDP2 shard_grad_op"
+    return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
+
+
 def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     me = t.methods
-    parts = [f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"]
+    parts = [sharding_label(t)]
     if me.offload != "none":
         parts.append(f"offload {me.offload}")
     if me.recompute != "none":
@@ -183,7 +197,10 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recipe": recipe_label(t),
         "original_gpus": r.original_gpus,
         "original_days": r.original_days,
+        "engine": me.engine,
+        "sharding": sharding_label(t),
         "zero_stage": me.zero_stage,
+        "reshard_after_forward": me.reshard_after_forward,
         "offload": me.offload,
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,

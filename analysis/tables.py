@@ -9,6 +9,9 @@ different step.
 - `speedups`: best configuration against the naive one (plain data parallel, no offload, no
   recomputation; its fastest micro-batch), the paper's "memory-saving methods give up to 71%".
 - `did_not_fit`: every configuration that did not run `ok` (out of memory first), with why.
+- `engines`: DeepSpeed against FSDP2 at equal sharding (ZeRO-2 and shard_grad_op, ZeRO-3 and
+  full_shard), per group and offload: each engine's fastest configuration, its peak memory,
+  and the largest micro-batch that ran.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def across_budgets(df: pd.DataFrame) -> pd.DataFrame:
 
 def is_naive(df: pd.DataFrame) -> pd.Series:
     """No memory-saving method: plain data parallel, nothing offloaded, nothing recomputed."""
-    return (df["zero_stage"] == 0) & (df["offload"] == "none") & (df["recompute"] == "none")
+    return (df["sharding"] == "DDP") & (df["offload"] == "none") & (df["recompute"] == "none")
 
 
 def speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -83,6 +86,44 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     out.loc[missing, "naive_config"] = ["not measured" if pd.isna(w) else f"none ran ok ({w})" for w in why]
     out["speedup_pct"] = speedup_pct(out["naive_step_time_s"], out["best_step_time_s"])
     return out.reset_index().sort_values(["model", "recipe", "budget"]).reset_index(drop=True)
+
+
+# Equal sharding under the two engines: gradients and optimizer state sharded, parameters whole
+# between forward and backward; and everything sharded (load.SHARDINGS names them).
+ENGINE_PAIRS = (("ZeRO-2", "FSDP2 shard_grad_op"), ("ZeRO-3", "FSDP2 full_shard"))
+
+
+def _engine_side(rows: pd.DataFrame, prefix: str) -> dict:
+    ok = _ok(rows)
+    if ok.empty:
+        return {f"{prefix}_config": f"none ran ok ({', '.join(sorted(set(rows['outcome'])))})"}
+    best = ok.loc[ok["step_time_s"].idxmin()]
+    return {
+        f"{prefix}_config": best["config"],
+        f"{prefix}_step_time_s": best["step_time_s"],
+        f"{prefix}_peak_mem_gib": best["peak_mem_gib"],
+        f"{prefix}_max_micro_batch": ok["micro_batch"].max(),
+    }
+
+
+def engines(df: pd.DataFrame) -> pd.DataFrame:
+    """DeepSpeed against FSDP2 at equal sharding, per (model, recipe, budget) and offload, for each
+    pair of ENGINE_PAIRS tried under both engines. fsdp2_speedup_pct = (DeepSpeed's best step time
+    / FSDP2's - 1) * 100: positive where FSDP2 is faster."""
+    out = []
+    for (model, recipe, budget, offload), g in df.groupby(GROUP + ["offload"]):
+        for ds, fsdp in ENGINE_PAIRS:
+            a, b = g[g["sharding"] == ds], g[g["sharding"] == fsdp]
+            if a.empty or b.empty:
+                continue
+            row = {"model": model, "recipe": recipe, "budget": budget, "offload": offload, "sharding": f"{ds} / {fsdp}"}
+            out.append(row | _engine_side(a, "deepspeed") | _engine_side(b, "fsdp2"))
+    figures = [f"{e}_{k}" for e in ("deepspeed", "fsdp2") for k in ("step_time_s", "peak_mem_gib", "max_micro_batch")]
+    frame = pd.DataFrame(out).reindex(
+        columns=[*GROUP, "offload", "sharding", "deepspeed_config", "fsdp2_config", *figures]
+    )
+    frame["fsdp2_speedup_pct"] = speedup_pct(frame["deepspeed_step_time_s"], frame["fsdp2_step_time_s"])
+    return frame.sort_values([*GROUP, "offload", "sharding"]).reset_index(drop=True)
 
 
 def did_not_fit(df: pd.DataFrame) -> pd.DataFrame:
@@ -175,6 +216,37 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
             (
                 "Naive: plain data parallel, no offload, no recomputation, its fastest micro-batch measured. "
                 "Speed-up = naive step time / best step time - 1.",
+            ),
+        ),
+        Table(
+            "engines",
+            "DeepSpeed and FSDP2 at equal sharding",
+            engines(df),
+            (
+                model,
+                budget,
+                Column("sharding", "sharding"),
+                Column("offload", "offload"),
+                *(
+                    col
+                    for e, name in (("deepspeed", "DeepSpeed"), ("fsdp2", "FSDP2"))
+                    for col in (
+                        Column(f"{e}_config", f"{name}: fastest"),
+                        Column(f"{e}_step_time_s", f"{name} step (s)", "s"),
+                        Column(f"{e}_peak_mem_gib", f"{name} peak GiB", "gib"),
+                        Column(f"{e}_max_micro_batch", f"{name} largest mb", "int"),
+                    )
+                ),
+                Column("fsdp2_speedup_pct", "FSDP2 faster by", "%"),
+                recipe,
+            ),
+            (
+                "Each engine's fastest configuration that ran ok at that sharding (any recomputation, micro-batch, "
+                "attention, compile), its peak memory per device in the timed window, and the largest micro-batch "
+                "that ran ok under it. FSDP2 faster by = DeepSpeed's step time / FSDP2's - 1 (negative: DeepSpeed "
+                "is faster).",
+                "ZeRO-2 reduce-scatters gradients at every micro-step; FSDP2 at the boundary only, accumulating "
+                "unsharded fp32 gradients before it (suite/engines.py).",
             ),
         ),
         Table(

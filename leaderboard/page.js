@@ -8,6 +8,7 @@
   const MAX_PANELS = 6;
   const PALETTE = ["#0b62a3", "#d1495b", "#2e7d4f", "#8a5cb8", "#e08e0b", "#00798c", "#6b4226", "#c2549d",
     "#4d6d9a", "#7a828b"];
+  const ENGINE_NAMES = { deepspeed: "DeepSpeed", fsdp2: "FSDP2" };
   const FAILED_NOTE = "out of memory, timed out, crashed, invalid or unsupported on this budget";
 
   const state = { sort: null, dir: 1, open: new Set() };
@@ -59,6 +60,7 @@
       cell: (r) => (r.best ? "\u2605" : ""), value: (r) => (r.best ? 0 : 1) },
     { key: "model", label: "Model", cls: "model", cell: (r) => el("span", { title: r.model, text: r.model }) },
     { key: "hardware", label: "Hardware", cell: (r) => r.hardware },
+    { key: "engine", label: "Engine", title: "sharding engine", cell: (r) => ENGINE_NAMES[r.engine] || r.engine },
     { key: "config", label: "Methods", cls: "methods", cell: (r) => r.config },
     { key: "micro_batch", label: "Micro-batch", num: true, title: "micro-batch per device \u00d7 accumulation steps",
       cell: (r) => (has(r.gas) ? `${r.micro_batch} \u00d7 ${r.gas}` : String(r.micro_batch)) },
@@ -478,6 +480,8 @@
     }, "configuration that ran");
   }
 
+  const SHARDING_ORDER = DATA.shardings; // analysis.load.SHARDINGS, least sharded first
+  const SHARDING_SHORT = { "FSDP2 shard_grad_op": "FSDP2 grad_op", "FSDP2 full_shard": "FSDP2 full" }; // fits a column
   const OFFLOAD_ORDER = ["none", "optimizer", "optimizer+params"];
   const RECOMPUTE_ORDER = ["none", "full"];
   const FIT_CLASS = [
@@ -489,13 +493,14 @@
   // Which methods made a configuration fit: a grid of outcomes per budget.
   function drawFit(container, rows) {
     limited(container, groupBy(rows, (r) => `${r.model}\u0000${r.recipe}\u0000${r.hardware}`), (rs) => {
-      const colKey = (r) => `${r.zero_stage}|${r.offload}`;
+      const colKey = (r) => `${r.sharding}|${r.offload}`;
       const rowKey = (r) => `${r.micro_batch}|${r.recompute}`;
       const cols = [...new Map(rs.map((r) => [colKey(r), r])).values()]
-        .sort((a, b) => a.zero_stage - b.zero_stage || OFFLOAD_ORDER.indexOf(a.offload) - OFFLOAD_ORDER.indexOf(b.offload));
+        .sort((a, b) => SHARDING_ORDER.indexOf(a.sharding) - SHARDING_ORDER.indexOf(b.sharding) ||
+          OFFLOAD_ORDER.indexOf(a.offload) - OFFLOAD_ORDER.indexOf(b.offload));
       const lines = [...new Map(rs.map((r) => [rowKey(r), r])).values()]
         .sort((a, b) => b.micro_batch - a.micro_batch || RECOMPUTE_ORDER.indexOf(a.recompute) - RECOMPUTE_ORDER.indexOf(b.recompute));
-      const cw = 78, ch = 34, left = 112, top = 34;
+      const cw = 88, ch = 34, left = 112, top = 34;
       const W = Math.max(300, left + cols.length * cw + 4), H = top + lines.length * ch + 6;
       const svg = newSvg(W, H, `Outcome per method for ${budgetLabel(rs[0])}`);
       svg.setAttribute("class", "natural"); // drawn at its own size: text stays the size of the table's
@@ -503,7 +508,7 @@
       svg.setAttribute("height", H);
       cols.forEach((c, i) => {
         const cx = left + i * cw + cw / 2;
-        svg.append(sv("text", { x: cx, y: 13, "text-anchor": "middle" }, c.zero_stage ? `ZeRO-${c.zero_stage}` : "DDP"));
+        svg.append(sv("text", { x: cx, y: 13, "text-anchor": "middle" }, SHARDING_SHORT[c.sharding] || c.sharding));
         if (c.offload !== "none") {
           svg.append(sv("text", { class: "tick", x: cx, y: 27, "text-anchor": "middle" },
             c.offload === "optimizer" ? "+ opt. offload" : "+ opt.+param off."));

@@ -27,14 +27,14 @@ import pandas as pd
 from analysis import ReportError
 from analysis.estimates import ANALYTIC_MFU, add_estimates
 from analysis.export import export_winner
-from analysis.load import load_results
+from analysis.load import SHARDINGS, load_results
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget
 
 # The frame's columns the page shows or draws (analysis.load and analysis.estimates document them).
 COLUMNS = (
     "trial_id", "model", "recipe", "hardware", "device", "gpu_name", "n_gpus", "mem_budget_gib",
-    "outcome", "message", "config", "zero_stage", "offload", "recompute", "micro_batch", "gas",
+    "outcome", "message", "config", "engine", "sharding", "zero_stage", "offload", "recompute", "micro_batch", "gas",
     "attention", "compile", "precision", "step_time_s", "step_time_std_s", "noisy", "tokens_per_s", "unit",
     "mfu", "peak_mem_gib", "days", "gpu_hours", "cloud_cost_usd", "cloud_price_source",
     "owned_cost_usd", "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
@@ -78,8 +78,9 @@ def _record(path: str) -> dict[str, Any]:
 
 def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
     w = export_winner(df, None, None, trial_id=trial_id)
+    title, name, settings = w.engine_file
     return [
-        {"label": "Export: DeepSpeed config (ds_config.json)", "text": json.dumps(w.ds_config, indent=2)},
+        {"label": f"Export: {title} ({name})", "text": json.dumps(settings, indent=2)},
         {"label": "Export: Hugging Face TrainingArguments", "text": json.dumps(w.training_args, indent=2)},
         {"label": "Export: launch command", "text": w.launch_command},
     ]
@@ -104,6 +105,7 @@ def payload(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -
             f"are in each row's details). Owned cost: {prices.owned_source}, hardware amortized over "
             f"{prices.amortization_years:g} years. n/a: no price applies (CPU, or a GPU without a price)."
         ),
+        "shardings": list(SHARDINGS),
         "rows": rows,
     }
 

@@ -40,13 +40,13 @@ if [ "$gpus" != 0 ]; then
   fi
 fi
 if [ "${DS_ACCELERATOR:-}" = cpu ]; then
-  # DeepSpeed compiles its CPU ops (shared-memory allreduce, CPU Adam) on first use; do it
-  # once here (about 2 minutes, cached under ~/.cache/torch_extensions) rather than in a
+  # DeepSpeed compiles its CPU ops (shared-memory allreduce, CPU Adam, FusedAdam) on first use; do it
+  # once here (a few minutes, cached under ~/.cache/torch_extensions) rather than in a
   # timed trial.
   echo "Preparing DeepSpeed CPU ops (cached after the first time)..."
   python - <<'PY'
 from deepspeed.accelerator import get_accelerator
-for name in ("ShareMemCommBuilder", "CPUAdamBuilder"):
+for name in ("ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder"):
     get_accelerator().create_op_builder(name).load(verbose=False)
 PY
 fi

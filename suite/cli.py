@@ -50,8 +50,11 @@ def describe(t: Trial) -> str:
     precision = t.precision
     if me.precision == "recipe" and precision != r.precision:
         precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
+    sharding = f"zero={me.zero_stage}"
+    if me.engine == "fsdp2":
+        sharding = f"fsdp2 {'full_shard' if me.reshard_after_forward else 'shard_grad_op'}"
     return (
-        f"{t.model.name} {t.hardware.name} zero={me.zero_stage} offload={me.offload} "
+        f"{t.model.name} {t.hardware.name} {sharding} offload={me.offload} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={t.attention}"
         f"{' compile' if me.compile else ''} {precision}"
     )

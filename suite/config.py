@@ -20,10 +20,11 @@ from omegaconf import MISSING, OmegaConf
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "none")
+ENGINES = ("deepspeed", "fsdp2")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 RECOMPUTES = ("none", "full")
 DEVICES = ("cpu", "cuda")
-FAULTS = ("none", "hang", "kill", "nan", "oom")
+FAULTS = ("none", "hang", "kill", "nan", "oom", "overflow")
 GPU_COUNTS = (1, 2, 4, 8)
 TASKS = {"causal-lm": "token", "masked-lm": "token", "image-classification": "image"}
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
@@ -103,10 +104,18 @@ class HardwareConfig:
 class MethodsConfig:
     """Memory optimizations and speed switches applied to one trial."""
 
+    engine: str = "deepspeed"
+    """Sharding engine: deepspeed (ZeRO, set by `zero_stage`) or fsdp2 (PyTorch's `fully_shard`,
+    set by `reshard_after_forward`); suite/engines.py."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO stage 0 (plain data parallel) to 3."""
+    """DeepSpeed ZeRO stage 0 (plain data parallel) to 3; stays 0 under engine=fsdp2."""
+    reshard_after_forward: bool | None = None
+    """FSDP2 only: true = full_shard (ZeRO-3-like), false = shard_grad_op (ZeRO-2-like). Unset
+    (null) means the engine's default: FSDP2's true, filled in when the trial is resolved; under
+    deepspeed it stays unset."""
     offload: str = "none"
-    """none, optimizer (ZeRO >= 1) or optimizer+params (ZeRO-3) to CPU."""
+    """none, optimizer (DeepSpeed ZeRO >= 1) or optimizer+params (DeepSpeed ZeRO-3; under fsdp2
+    FSDP2's CPUOffloadPolicy, which keeps parameters, gradients and optimizer state on the host)."""
     recompute: str = "none"
     """Activation recomputation: none or full (every block, see `suite.models.apply_recompute`)."""
     micro_batch: int = 1
@@ -140,7 +149,8 @@ class DebugConfig:
 
     fault: str = "none"
     """none, hang, kill (SIGKILL itself), nan, or oom (allocate more than the rank's memory: the
-    GPU's, or the CPU budget), at the first timed step."""
+    GPU's, or the CPU budget), at the first timed step; overflow: the rank reports an fp16
+    overflow (a skipped update) on the first two steps and the first timed one."""
     fault_rank: int = 0
 
 
@@ -268,10 +278,14 @@ class Trial:
     def from_dict(cls, d: dict[str, Any]) -> Trial:
         model = dict(d["model"])
         model["recipe"] = RecipeConfig(**model["recipe"])
+        methods = MethodsConfig(**d["methods"])
+        if methods.engine == "fsdp2" and methods.reshard_after_forward is None:
+            # The engine's default, written out once so that both spellings are one trial (one id).
+            methods.reshard_after_forward = True
         return cls(
             model=ModelConfig(**model),
             hardware=HardwareConfig(**d["hardware"]),
-            methods=MethodsConfig(**d["methods"]),
+            methods=methods,
             measure=MeasureConfig(**d["measure"]),
             debug=DebugConfig(**d.get("debug", {})),
             nodes=d.get("nodes", 1),
@@ -287,6 +301,9 @@ class Trial:
         d["measure"].pop("timeout_s")
         if d["nodes"] == 1:
             d.pop("nodes")  # one-node ids predate the field and stay as they were
+        me = d["methods"]
+        if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
+            del me["engine"], me["reshard_after_forward"]  # DeepSpeed ids predate the engine and stay as they were
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -354,6 +371,33 @@ def _not_negative(problems: list[str], name: str, value: float) -> None:
         problems.append(f"{name}={value} must be >= 0")
 
 
+def _engine_problems(me: MethodsConfig) -> list[str]:
+    """Settings that belong to the other engine, and offloads the engine cannot do."""
+    p: list[str] = []
+    if me.engine == "fsdp2":
+        if me.zero_stage != 0:
+            p.append(
+                f"methods.zero_stage={me.zero_stage} is a DeepSpeed setting; under methods.engine=fsdp2 set "
+                "methods.reshard_after_forward (true: full_shard, like ZeRO-3; false: shard_grad_op, like ZeRO-2)"
+            )
+        if me.offload == "optimizer":
+            p.append(
+                "methods.offload=optimizer is not available under methods.engine=fsdp2: its CPUOffloadPolicy "
+                "offloads parameters, gradients and optimizer state together; set methods.offload=optimizer+params"
+            )
+    elif me.engine == "deepspeed":
+        if me.reshard_after_forward is not None:
+            p.append(
+                f"methods.reshard_after_forward={me.reshard_after_forward} applies to methods.engine=fsdp2 only; "
+                "under deepspeed choose methods.zero_stage"
+            )
+        if me.offload != "none" and me.zero_stage == 0:
+            p.append(f"methods.offload={me.offload} needs sharding; set methods.zero_stage to 1, 2 or 3")
+        if me.offload == "optimizer+params" and me.zero_stage != 3:
+            p.append(f"methods.offload=optimizer+params needs methods.zero_stage=3 (got {me.zero_stage})")
+    return p
+
+
 def problems(t: Trial) -> list[str]:
     """Every problem with the values and their combination; empty when the trial is valid."""
     from suite import models  # it reads the model's transformers config (no build)
@@ -378,16 +422,14 @@ def problems(t: Trial) -> list[str]:
     for k, v in hw.peak_tflops.items():
         _positive(p, f"hardware.peak_tflops.{k}", v)
 
+    _choice(p, "methods.engine", me.engine, ENGINES)
     _choice(p, "methods.zero_stage", me.zero_stage, (0, 1, 2, 3))
     _choice(p, "methods.offload", me.offload, OFFLOADS)
     _choice(p, "methods.recompute", me.recompute, RECOMPUTES)
     _choice(p, "methods.attention", me.attention, ATTENTIONS)
     _choice(p, "methods.precision", me.precision, ("recipe",) + PRECISIONS)
     _positive(p, "methods.micro_batch", me.micro_batch)
-    if me.offload != "none" and me.zero_stage == 0:
-        p.append(f"methods.offload={me.offload} needs sharding; set methods.zero_stage to 1, 2 or 3")
-    if me.offload == "optimizer+params" and me.zero_stage != 3:
-        p.append(f"methods.offload=optimizer+params needs methods.zero_stage=3 (got {me.zero_stage})")
+    p += _engine_problems(me)
     prec = t.precision
     if prec == "bf16" and not hw.bf16:
         p.append(f"precision bf16 is not supported by {hw.name}; set methods.precision=fp16 or fp32")
@@ -448,6 +490,8 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
     `capability`: the compute capability of the trial's GPUs; None reads GPU 0's.
     """
     cuda = t.hardware.device == "cuda"
+    if t.methods.engine == "fsdp2" and t.methods.offload != "none" and not cuda:
+        return "FSDP2's CPUOffloadPolicy moves sharded state from an accelerator to the host; a CPU budget has none"
     if t.attention == "flash_attention_2":
         if not cuda:
             return "flash-attn needs a CUDA GPU; it is unavailable on CPU"

@@ -1,7 +1,10 @@
-"""The memory-optimization methods of a trial as a DeepSpeed config and an optimizer.
+"""The memory-optimization methods of a trial as engine settings: one owner for how a
+`MethodsConfig` becomes a DeepSpeed config or FSDP2 settings, for the measured trial and for
+the exported launch config alike.
 
-One owner for how a `MethodsConfig` becomes DeepSpeed settings, for the measured trial
-and for the exported launch config alike.
+The optimizer is AdamW with the recipe's settings under both engines, each in its own fused
+implementation (DeepSpeed's FusedAdam or CPU Adam; torch's fused AdamW under FSDP2), so that
+no configuration pays for a slower kernel than its engine's own (see `deepspeed_config`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
-    """DeepSpeed JSON for the trial at `gas` accumulation steps per optimizer step."""
+    """DeepSpeed JSON for the trial at `gas` accumulation steps per optimizer step.
+
+    DeepSpeed builds the optimizer from the "optimizer" section, at every ZeRO stage: FusedAdam,
+    or DeepSpeedCPUAdam when the optimizer is offloaded (deepspeed/runtime/engine.py,
+    `get_optimizer_configuration`, 0.19.8 lines 2377-2409). A torch optimizer handed in by the
+    caller would instead run ZeRO-0 under fp16/bf16 through `FP16_UnfusedOptimizer`, per-tensor
+    Python loops (`_configure_fp16_optimizer`, lines 2555-2608: only a FusedAdam gets the fused
+    `FP16_Optimizer`), while ZeRO >= 1 would not: ZeRO-0's optimizer time would be inflated.
+    """
     me, r = t.methods, t.model.recipe
     zero: dict[str, Any] = {"stage": me.zero_stage}
     if me.zero_stage >= 1:
@@ -32,6 +43,7 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
         "train_batch_size": me.micro_batch * gas * t.devices,
         "gradient_clipping": r.grad_clip,
         "zero_optimization": zero,
+        "optimizer": {"type": "AdamW", "params": optimizer_params(t)},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
@@ -39,11 +51,6 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
         cfg["bf16"] = {"enabled": True}
     elif t.precision == "fp16":
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 16}
-    if me.offload != "none":
-        # ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own CPU Adam.
-        cfg["optimizer"] = {"type": "AdamW", "params": optimizer_params(t)}
-    else:
-        cfg["zero_allow_untested_optimizer"] = True
     return cfg
 
 
@@ -72,10 +79,29 @@ def optimizer_params(t: Trial) -> dict[str, Any]:
     return {"lr": r.lr, "betas": list(r.betas), "weight_decay": r.weight_decay}
 
 
-def client_optimizer(t: Trial, params) -> torch.optim.Optimizer | None:
-    """The optimizer handed to DeepSpeed, or None when DeepSpeed builds its own (offload)."""
-    if t.methods.offload != "none":
-        return None
+def fsdp2_dtypes(t: Trial) -> tuple[torch.dtype | None, torch.dtype]:
+    """FSDP2's mixed precision (param_dtype, reduce_dtype): compute and all-gather in the trial's
+    16-bit dtype (None under fp32: the parameters' own), gradients reduced in fp32. The sharded
+    parameters stay fp32 and are the optimizer's master weights, as DeepSpeed's are."""
+    return (None if t.precision == "fp32" else DTYPES[t.precision]), torch.float32
+
+
+def fsdp2_optimizer(t: Trial, params) -> torch.optim.Optimizer:
+    """torch's fused AdamW (one kernel for all parameters; on the host too, under offload), on
+    the sharded fp32 parameters."""
     p = optimizer_params(t)
-    kind = {"fused": True} if t.hardware.device == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(params, lr=p["lr"], betas=tuple(p["betas"]), weight_decay=p["weight_decay"], **kind)
+    return torch.optim.AdamW(params, lr=p["lr"], betas=tuple(p["betas"]), weight_decay=p["weight_decay"], fused=True)
+
+
+def fsdp_config(t: Trial, block_class_name: str) -> dict[str, Any]:
+    """The trial's FSDP2 settings as the `fsdp_config` of `transformers.TrainingArguments`
+    (training_args.py, `_process_fsdp_args`): version 2, one `fully_shard` unit per block."""
+    me = t.methods
+    return {
+        "version": 2,
+        "reshard_after_forward": bool(me.reshard_after_forward),
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "transformer_layer_cls_to_wrap": [block_class_name],
+        "activation_checkpointing": me.recompute == "full",
+        "cpu_offload": me.offload != "none",
+    }

@@ -98,3 +98,34 @@ def summarize(
                 f"implied MFU {out['mfu']:.0%} exceeds 100% of {t.hardware.name}'s peak: the timing is wrong"
             )
     return out
+
+
+def memory(per_rank: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
+    """The trial's memory figures from each rank's peaks (worker.peaks): the largest rank's.
+
+    `peak_*` are the timed window's, `build_peak_*` those of building and initializing the model
+    and engine, each window's peaks reset at its start. A GPU's figures are allocated and reserved
+    device memory; a CPU worker's "device" memory is its resident set above the runtime it
+    imported before the build (`host_base_gib`), and it has no reserved figure. `host_peak_gib`
+    is the largest resident set of any rank in the timed window, the runtime included: the host
+    memory a trial needs, which offload raises.
+    """
+
+    def top(key: str) -> float:
+        return max(m[key] for m in per_rank)
+
+    if cuda:
+        device = {
+            "peak_mem_gib": top("allocated_gib"),
+            "peak_reserved_gib": top("reserved_gib"),
+            "build_peak_mem_gib": top("build_allocated_gib"),
+            "build_peak_reserved_gib": top("build_reserved_gib"),
+        }
+    else:
+        device = {
+            "peak_mem_gib": max(m["host_peak_gib"] - m["host_base_gib"] for m in per_rank),
+            "peak_reserved_gib": None,
+            "build_peak_mem_gib": max(m["build_host_peak_gib"] - m["host_base_gib"] for m in per_rank),
+            "build_peak_reserved_gib": None,
+        }
+    return {**device, "host_peak_gib": top("host_peak_gib")}

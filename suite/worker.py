@@ -1,4 +1,4 @@
-"""One rank of a trial: build the model under DeepSpeed, warm up, time a fixed window.
+"""One rank of a trial: build the model under its engine, warm up, time a fixed window.
 
 Run by the launcher as `python -m suite.worker SPEC.json OUT_DIR` with the usual
 torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
@@ -16,9 +16,11 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 
 from suite.config import Trial
 
+EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
 # Out-of-memory in an error's text (lower case), where it is not a MemoryError or
 # torch.OutOfMemoryError. Where each comes from:
 OOM_MARKERS = (
@@ -67,12 +69,84 @@ def machine_share_gib() -> float:
     return 0.9 * total / int(os.environ.get("LOCAL_WORLD_SIZE", "1")) / 2**30
 
 
+def host_hwm_gib() -> float:
+    """This process's resident-set high-water mark (VmHWM) since it started or since
+    `reset_peaks`."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    raise RuntimeError("VmHWM not found in /proc/self/status")
+
+
+def reset_peaks(cuda: bool) -> None:
+    """Start a new memory window: device peaks and the host high-water mark restart from now.
+    Writing 5 to clear_refs resets VmHWM to the current RSS (Linux, proc(5))."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    if cuda:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peaks(cuda: bool) -> dict[str, float]:
+    """The current window's peaks: the host's, and the device's allocated and reserved memory."""
+    out = {"host_peak_gib": host_hwm_gib()}
+    if cuda:
+        import torch
+
+        out["allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        out["reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+    return out
+
+
+@dataclass
+class Window:
+    """Which steps warm up, which are timed, and the counts recorded about them.
+
+    The warm-up runs `warmup` steps, then goes on (at most EXTRA_WARMUP more) until a step
+    compiles nothing new and its update was applied (an fp16 loss scale that has settled). In
+    the timed window a step whose update was skipped is discarded and run again (at most
+    `timed` times); a compile there is counted, and flagged by the count.
+    """
+
+    warmup: int
+    timed: int
+    warmup_run: int = 0
+    skipped_warmup: int = 0
+    discarded: int = 0
+    recompiles: int = 0
+    kept: int = 0
+    timing: bool = False
+
+    @property
+    def first_timed(self) -> bool:
+        return self.timing and self.kept == 0 and self.discarded == 0
+
+    def keep(self, new_graphs: int, skipped: bool) -> bool:
+        """Account for a step just run (figures agreed by all ranks); True if its timing counts."""
+        if not self.timing:
+            self.warmup_run += 1
+            self.skipped_warmup += skipped
+            settled = not new_graphs and not skipped
+            self.timing = self.warmup_run >= self.warmup and (settled or self.warmup_run >= self.warmup + EXTRA_WARMUP)
+            return False
+        self.recompiles += new_graphs
+        if skipped:
+            self.discarded += 1
+            if self.discarded > self.timed:
+                raise NonFiniteLoss(f"fp16 overflow: {self.discarded} steps of the timed window skipped their update")
+            return False
+        self.kept += 1
+        return True
+
+
 def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
-    import deepspeed
     import torch
     import torch.distributed as dist
 
-    from suite import methods, metrics, models
+    from suite import engines, metrics, models
 
     cuda = t.hardware.device == "cuda"
     if cuda:
@@ -87,73 +161,65 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         def sync() -> None:  # CPU kernels run synchronously
             pass
 
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", verbose=False)
-    me = t.methods
+    me, gas = t.methods, t.gas_measured
+    eng = engines.make(t, device, gas)
     flops, n_params = models.count_flops(t.model, me.attention, "none")
     hw_flops = flops if me.recompute == "none" else models.count_flops(t.model, me.attention, me.recompute)[0]
 
-    rss_base_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    host_base_gib = host_hwm_gib()  # the imported runtime
     if not cuda:
         enforce_memory_budget(t.hardware.mem_gib or machine_share_gib())
-
-    gas = t.gas_measured
-    ds_config = methods.deepspeed_config(t, gas)
-    torch.manual_seed(t.measure.seed)
-    if cuda and me.zero_stage == 3:
-        with deepspeed.zero.Init(config_dict_or_path=ds_config):  # never hold the full model
-            model = models.build(t.model, me.attention, me.recompute)
-    else:
-        with device:
-            model = models.build(t.model, me.attention, me.recompute)
-    opt = methods.client_optimizer(t, model.parameters())
-    engine, *_ = deepspeed.initialize(
-        model=model,
-        optimizer=opt,
-        model_parameters=model.parameters() if opt is None else None,
-        config=ds_config,
-    )
-    if me.compile:
-        engine.compile()
+    reset_peaks(cuda)
+    eng.build()
+    build = peaks(cuda)
 
     gen = torch.Generator().manual_seed(t.measure.seed * 1000 + rank)
     pool = [models.batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
+    graphs = compiled_graphs if me.compile else lambda: 0
 
-    micro_s, boundary_s, optimizer_s, losses = [], [], [], []
-    k = 0
-    for step in range(t.measure.warmup_steps + t.measure.timed_steps):
-        timed = step >= t.measure.warmup_steps
-        if step == t.measure.warmup_steps and rank == t.debug.fault_rank:
-            inject(t.debug.fault)
-        micro, step_losses = [], []
+    def one_step(k: int, poison: bool) -> tuple[list[float], float, float, float]:
+        micro, losses = [], []
         for i in range(gas):
-            inputs = pool[k % len(pool)]
-            k += 1
-            sync()
+            sync()  # the device is idle: the timer holds this micro-step's work only
             t0 = time.perf_counter()
-            loss = engine(**inputs).loss
-            if timed and t.debug.fault == "nan" and rank == t.debug.fault_rank:
-                loss = loss * math.nan
-            engine.backward(loss)
+            loss = eng.micro_step(pool[(k + i) % len(pool)], boundary=i == gas - 1)
+            sync()
+            t1 = time.perf_counter()
             if i < gas - 1:
-                engine.step()  # not a boundary: no reduction, no update
-                sync()
-                micro.append(time.perf_counter() - t0)
-            else:
-                sync()
-                t1 = time.perf_counter()
-                engine.step()  # the optimizer update
-                sync()
-                t2 = time.perf_counter()
-            step_losses.append(loss.detach())
+                micro.append(t1 - t0)
+            losses.append(loss * math.nan if poison else loss)
+        eng.step()  # the optimizer update, timed apart from the boundary micro-step
+        sync()
+        t2 = time.perf_counter()
         # .item() is a device sync point, so it stays outside the timers.
-        step_loss = torch.stack(step_losses).float().mean().item()
-        if not math.isfinite(step_loss):
-            raise NonFiniteLoss(f"loss is {step_loss} at step {step} on rank {rank}")
-        if timed:
+        return micro, t1 - t0, t2 - t1, torch.stack(losses).float().mean().item()
+
+    w = Window(t.measure.warmup_steps, t.measure.timed_steps)
+    micro_s, boundary_s, optimizer_s, losses = [], [], [], []
+    first_loss, k = None, 0
+    while w.kept < t.measure.timed_steps:
+        if w.first_timed and rank == t.debug.fault_rank:
+            inject(t.debug.fault)
+        before = graphs()
+        poison = w.timing and t.debug.fault == "nan" and rank == t.debug.fault_rank
+        micro, boundary, optimizer, loss = one_step(k, poison)
+        k += gas
+        first_loss = loss if first_loss is None else first_loss
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"loss is {loss} at step {w.warmup_run + w.discarded + w.kept} on rank {rank}")
+        skipped = not eng.step_applied() or overflow_injected(t, rank, w)
+        # Every rank must end the warm-up and discard a step together: agree on the figures.
+        flags = torch.tensor([graphs() - before, int(skipped)], device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        was_timing = w.timing
+        if w.keep(int(flags[0]), bool(flags[1])):
             micro_s.append(micro)
-            boundary_s.append(t1 - t0)
-            optimizer_s.append(t2 - t1)
-            losses.append(step_loss)
+            boundary_s.append(boundary)
+            optimizer_s.append(optimizer)
+            losses.append(loss)
+        elif w.timing and not was_timing:
+            reset_peaks(cuda)  # the timed window's peaks start here
+    timed = peaks(cuda)
 
     # The slowest rank sets each timer: max over ranks, element by element.
     n = t.measure.timed_steps
@@ -164,31 +230,44 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     boundary_s, optimizer_s = times[0], times[1]
     micro_s = [[times[2 + j][i] for j in range(gas - 1)] for i in range(n)]
 
+    mem = {**timed, **{f"build_{key}": v for key, v in build.items()}, "host_base_gib": host_base_gib}
     if cuda:
-        mem = {
-            "allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
-            "device_name": torch.cuda.get_device_name(),
-        }
-    else:
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        mem = {"rss_gib": rss, "rss_base_gib": rss_base_gib, "trial_gib": rss - rss_base_gib}
+        mem["device_name"] = torch.cuda.get_device_name()
     per_rank = [None] * world
     dist.all_gather_object(per_rank, mem)
     if rank != 0:
         return None
-    peak_key = "allocated_gib" if cuda else "trial_gib"
     out = metrics.summarize(t, micro_s, boundary_s, optimizer_s, flops, hw_flops)
+    out.update(metrics.memory(per_rank, cuda))
     out.update(
+        eng.record(),
         n_params=n_params,
-        peak_mem_gib=max(m[peak_key] for m in per_rank),
-        peak_reserved_gib=max(m["reserved_gib"] for m in per_rank) if cuda else None,
         memory_per_rank=per_rank,
+        first_loss=first_loss,
         loss_per_step=losses,
-        optimizer=type(engine.optimizer).__name__,
-        kernel_path=models.kernel_path(model),
+        kernel_path=models.kernel_path(eng.model),
+        warmup_steps_run=w.warmup_run,
+        skipped_steps_warmup=w.skipped_warmup,
+        skipped_steps_discarded=w.discarded,
+        recompiles_timed=w.recompiles,
     )
     return out
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has made in this process so far (a recompile makes one more)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def overflow_injected(t: Trial, rank: int, w: Window) -> bool:
+    """debug.fault=overflow, a stand-in for the engine's fp16 overflow flag (fp16 does not train
+    on CPU): fault_rank reports an overflow on the run's first two steps and on the first step
+    of the timed window."""
+    if t.debug.fault != "overflow" or rank != t.debug.fault_rank:
+        return False
+    return (not w.timing and w.warmup_run < 2) or w.first_timed
 
 
 def inject(fault: str) -> None:

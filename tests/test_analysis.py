@@ -322,7 +322,7 @@ TRAIN = """
 import json, sys
 import deepspeed, torch
 from deepspeed.runtime.config import DeepSpeedConfig
-from suite import methods, models
+from suite import models
 from suite.config import Trial
 
 trial = Trial.from_dict(json.load(open(sys.argv[1])))
@@ -330,10 +330,7 @@ cfg = json.load(open(sys.argv[2]))
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
 model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)
-opt = methods.client_optimizer(trial, model.parameters())
-engine, *_ = deepspeed.initialize(
-    model=model, optimizer=opt, model_parameters=None if opt else model.parameters(), config=cfg
-)
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)  # its optimizer
 gen = torch.Generator().manual_seed(0)
 losses = []
 for _ in range(2 * cfg["gradient_accumulation_steps"]):

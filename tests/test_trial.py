@@ -7,10 +7,12 @@ takes seconds; nothing here is mocked.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
 
+import pandas as pd
 import psutil
 import pytest
 from conftest import CPU_RECIPE, TINY, make_trial
@@ -64,20 +66,34 @@ def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, 
     assert m["gas"] == 2 and m["gas_measured"] == 2 and not m["extrapolated"]
     expected = m["micro_time_s"] + m["boundary_time_s"] + m["optimizer_time_s"]
     assert m["step_time_s"] == pytest.approx(expected, rel=1e-9)
-    assert m["optimizer"] == (
-        "DeepSpeedZeroOptimizer_Stage3" if stage == 3 else "DeepSpeedZeroOptimizer" if stage else "AdamW"
+    # One optimizer implementation at every stage: DeepSpeed's own, built from its config.
+    assert m["engine"] == "deepspeed"
+    assert m["optimizer"] == ("deepspeed DeepSpeedCPUAdam" if offload != "none" else "deepspeed FusedAdam")
+    assert m["optimizer_wrapper"] == (
+        "DeepSpeedZeroOptimizer_Stage3" if stage == 3 else "DeepSpeedZeroOptimizer" if stage else "FusedAdam"
     )
+    assert (m["warmup_steps_run"], m["skipped_steps_warmup"], m["skipped_steps_discarded"]) == (1, 0, 0)
+    assert m["recompiles_timed"] == 0
+    assert m["first_loss"] == pytest.approx(math.log(t.model.vocab), rel=0.02)
+    assert 0 < m["build_peak_mem_gib"] and 0 < m["peak_mem_gib"] < m["host_peak_gib"]
     assert workers_of(t) == []
 
 
 def test_zero_stages_give_the_loss_of_stage_0(zero_results):
-    base = zero_results[(0, "none")][1]["metrics"]["loss_per_step"]
-    assert base[0] != base[-1]  # it really trains
+    base = zero_results[(0, "none")][1]["metrics"]
+    assert base["loss_per_step"][0] != base["loss_per_step"][-1]  # it really trains
     for (stage, offload), (_, rec) in zero_results.items():
-        # Offload steps with DeepSpeed's CPU Adam instead of torch's AdamW: same maths,
-        # another kernel, so a looser tolerance.
+        m = rec["metrics"]
+        if stage == 3:
+            # Built partitioned (zero.Init through transformers) and initialized on rank 0 in
+            # another order: other random weights of the same distribution, so the same start.
+            assert m["first_loss"] == pytest.approx(base["first_loss"], rel=0.01), offload
+            assert m["loss_per_step"][-1] < m["first_loss"]
+            continue
+        # Offload steps with DeepSpeed's CPU Adam instead of FusedAdam: same maths, another
+        # kernel, so a looser tolerance.
         tol = 1e-5 if offload == "none" else 1e-3
-        assert rec["metrics"]["loss_per_step"] == pytest.approx(base, rel=tol), (stage, offload)
+        assert m["loss_per_step"] == pytest.approx(base["loss_per_step"], rel=tol), (stage, offload)
 
 
 def test_recomputation_is_really_applied(tiny, tmp_path):
@@ -157,3 +173,135 @@ def test_free_port_and_env_give_each_rank_its_identity(tiny):
     t = tiny()
     env = launch.worker_env(t, 1, 12345)
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"], env["DS_ACCELERATOR"]) == ("1", "2", "12345", "cpu")
+
+
+# FSDP2 in both modes, with and without recomputation; the second also reports fp16 overflows
+# through the stand-in for the engine's flag (debug.fault=overflow, fp16 cannot train on CPU).
+FSDP2 = {
+    "full_shard": ["methods.reshard_after_forward=true"],
+    "shard_grad_op+recompute+overflow": [
+        "methods.reshard_after_forward=false",
+        "methods.recompute=full",
+        "debug.fault=overflow",
+        "debug.fault_rank=1",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def fsdp2_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsdp2")
+    out = {}
+    for name, extra in FSDP2.items():
+        t = make_trial(TINY + ["methods.engine=fsdp2", *extra])
+        out[name] = (t, run_one(t, str(d), "test", in_sweep=True))
+    # Offload under FSDP2 needs an accelerator: recorded as unsupported, nothing launched.
+    t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
+    out["offload"] = (t, run_one(t, str(d), "test", in_sweep=True))
+    return d, out
+
+
+def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_results, zero_results):
+    base = zero_results[(0, "none")][1]["metrics"]
+    for name, (t, rec) in fsdp2_results[1].items():
+        if name == "offload":
+            continue
+        assert rec["outcome"] == "ok", (name, rec["message"])
+        m = rec["metrics"]
+        assert (m["engine"], m["optimizer"], m["grad_scaler"]) == ("fsdp2", "torch fused AdamW", False)
+        assert len(m["memory_per_rank"]) == 2 and m["timed_steps"] == 3 and len(m["loss_per_step"]) == 3
+        expected = m["micro_time_s"] + m["boundary_time_s"] + m["optimizer_time_s"]
+        assert m["step_time_s"] == pytest.approx(expected, rel=1e-9)
+        # The same seed builds the same fp32 model on the host, so FSDP2 (gradients reduced as a
+        # mean at the boundary, loss / GAS, clipped) trains as ZeRO-0 does; the issue asks 1%.
+        assert m["first_loss"] == pytest.approx(base["first_loss"], rel=1e-4), name
+        assert workers_of(t) == []
+    full = fsdp2_results[1]["full_shard"][1]["metrics"]
+    assert full["loss_per_step"] == pytest.approx(base["loss_per_step"], rel=1e-4)
+    recomputed = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1]["metrics"]
+    assert recomputed["hardware_flops_per_token"] > 1.1 * recomputed["model_flops_per_token"]
+
+
+def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
+    m = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1]["metrics"]
+    # Rank 1 reports overflows on steps 1 and 2 (warm-up goes on until a step is applied) and on
+    # the first timed step (discarded and run again); every rank follows it.
+    assert (m["warmup_steps_run"], m["skipped_steps_warmup"]) == (3, 2)
+    assert m["skipped_steps_discarded"] == 1
+    assert m["timed_steps"] == 3 and len(m["loss_per_step"]) == 3
+
+
+def test_fsdp2_offload_on_cpu_is_unsupported(fsdp2_results):
+    rec = fsdp2_results[1]["offload"][1]
+    assert rec["outcome"] == "unsupported" and "CPUOffloadPolicy" in rec["message"]
+
+
+def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
+    t = make_trial(CPU_RECIPE + ["methods.engine=fsdp2", "hardware.mem_gib=0.1"])
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
+    assert rec["outcome"] == "oom", rec["message"]
+    assert workers_of(t) == []
+
+
+def test_the_engines_table_and_an_fsdp2_export_from_real_records(fsdp2_results, zero_results, tmp_path):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from analysis.estimates import ANALYTIC_MFU, add_estimates
+    from analysis.export import export_winner, write_export
+    from analysis.load import load_results
+    from analysis.prices import PRICES_DIR, load_prices
+    from analysis.tables import engines
+
+    d, fsdp2 = fsdp2_results
+    zero_dir = tmp_path / "zero"
+    zero_dir.mkdir()
+    for _, rec in zero_results.values():
+        store.save(zero_dir, rec)
+    df = pd.concat([load_results(d)[0], load_results(zero_dir)[0]], ignore_index=True)
+    df = add_estimates(df, load_prices(PRICES_DIR), ANALYTIC_MFU)
+    table = engines(df).set_index(["sharding", "offload"])
+    assert set(table.index) == {
+        ("ZeRO-2 / FSDP2 shard_grad_op", "none"),
+        ("ZeRO-3 / FSDP2 full_shard", "none"),
+        ("ZeRO-3 / FSDP2 full_shard", "optimizer+params"),
+    }
+    for (sharding, offload), ds_stage, fsdp_name in (
+        (("ZeRO-2 / FSDP2 shard_grad_op", "none"), 2, "shard_grad_op+recompute+overflow"),
+        (("ZeRO-3 / FSDP2 full_shard", "none"), 3, "full_shard"),
+    ):
+        row = table.loc[(sharding, offload)]
+        ds, fs = zero_results[(ds_stage, "none")][1], fsdp2[fsdp_name][1]
+        assert row["deepspeed_step_time_s"] == ds["metrics"]["step_time_s"]
+        assert row["deepspeed_peak_mem_gib"] == ds["metrics"]["peak_mem_gib"]
+        assert row["fsdp2_step_time_s"] == fs["metrics"]["step_time_s"]
+        assert row["fsdp2_peak_mem_gib"] == fs["metrics"]["peak_mem_gib"]
+        assert row["deepspeed_max_micro_batch"] == row["fsdp2_max_micro_batch"] == 2
+        expected = (ds["metrics"]["step_time_s"] / fs["metrics"]["step_time_s"] - 1) * 100
+        assert row["fsdp2_speedup_pct"] == pytest.approx(expected)
+    offloaded = table.loc[("ZeRO-3 / FSDP2 full_shard", "optimizer+params")]
+    assert offloaded["fsdp2_config"] == "none ran ok (unsupported)"
+    assert math.isnan(offloaded["fsdp2_step_time_s"])
+
+    # The FSDP2 winner exports TrainingArguments with its fsdp_config and a torchrun launch.
+    w = export_winner(df, None, None, trial_id=fsdp2["full_shard"][1]["trial_id"])
+    assert w.ds_config is None
+    assert w.fsdp_config == {
+        "version": 2,
+        "reshard_after_forward": True,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "transformer_layer_cls_to_wrap": ["GPTNeoXLayer"],
+        "activation_checkpointing": False,
+        "cpu_offload": False,
+    }
+    args = w.training_args
+    assert (args["fsdp"], args["fsdp_config"], args["optim"]) == (True, "fsdp_config.json", "adamw_torch_fused")
+    assert "deepspeed" not in args and w.launch_env == {}
+    flags = [a for pair in w.flags for a in pair]
+    parsed, rest = HfArgumentParser(TrainingArguments).parse_known_args(flags[2:])
+    assert rest == []
+    for k, v in args.items():
+        assert getattr(parsed, k) == v, k
+    write_export(w, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "fsdp_config.json").read_text()) == w.fsdp_config
+    assert not (tmp_path / "out" / "ds_config.json").exists()
+    assert "torchrun --standalone --nproc_per_node=2 run_clm.py" in (tmp_path / "out" / "launch.sh").read_text()

@@ -1,0 +1,133 @@
+"""DeepSpeed against FSDP2 at equal sharding on CPU: each engine at its largest micro-batch that
+fits a memory budget, with its step time and peak memory, side by side.
+
+Two CPU workers, each with a `--mem-gib` budget (RLIMIT_DATA, so out-of-memory is real). For each
+model and each pair of equal sharding (ZeRO-2 and FSDP2 shard_grad_op; ZeRO-3 and FSDP2
+full_shard), the micro-batch is doubled from 1 until a trial does not run `ok` or the per-device
+batch is reached; the largest that ran is reported. Models: Pythia-31M and TinyLlama-1.1B's
+shape shrunk to CPU size (SHRUNK), both on the recipe shrunk to `--seq-len` x `--global-batch`.
+Every trial's record stays in `--work` (`suite-report tables` on it shows the engines table).
+
+    python benchmarks/engines.py [--models pythia-31m,tinyllama-1.1b] [--mem-gib 1.5] [--out FILE]
+    python benchmarks/engines.py --tiny       # a check that it runs (seconds per trial), not a measurement
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+# conf/sharding/ names: DeepSpeed's, then FSDP2's mode of equal sharding.
+PAIRS = (("zero2", "fsdp-shard-grad-op"), ("zero3", "fsdp-full-shard"))
+# TinyLlama-1.1B's architecture (grouped-query attention, SwiGLU, 32k vocabulary) at CPU size.
+SHRUNK = {
+    "tinyllama-1.1b": [
+        "model.hidden=256",
+        "model.layers=4",
+        "model.heads=8",
+        "model.kv_heads=2",
+        "model.intermediate=704",
+    ]
+}
+TINY = ["model.hidden=64", "model.layers=2", "model.heads=4", "model.kv_heads=0", "model.intermediate=256"]
+
+
+def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path) -> dict:
+    """Double the micro-batch from 1 while trials run ok; the record of the largest that did."""
+    from conftest import make_trial
+
+    from suite.cli import run_one
+
+    best, tried, mb = None, [], 1
+    while mb <= per_device:
+        t = make_trial([*base, f"+sharding={sharding}", f"methods.micro_batch={mb}"])
+        rec = run_one(t, str(store_dir), "engines", in_sweep=True)
+        tried.append({"micro_batch": mb, "outcome": rec["outcome"], "trial_id": rec["trial_id"]})
+        print(f"  {sharding} mb {mb}: {rec['outcome']} {rec['message'][:120]}", flush=True)
+        if rec["outcome"] != "ok":
+            break
+        best, mb = rec, mb * 2
+    side = {"sharding": sharding, "tried": tried, "largest_micro_batch": None}
+    if best is not None:
+        m = best["metrics"]
+        side.update(
+            largest_micro_batch=best["trial"]["methods"]["micro_batch"],
+            trial_id=best["trial_id"],
+            step_time_s=m["step_time_s"],
+            step_time_std_s=m["step_time_std_s"],
+            peak_mem_gib=m["peak_mem_gib"],
+            build_peak_mem_gib=m["build_peak_mem_gib"],
+            optimizer=m["optimizer"],
+        )
+    return side
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="pythia-31m,tinyllama-1.1b")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--global-batch", type=int, default=32)
+    ap.add_argument("--mem-gib", type=float, default=1.5, help="memory budget per CPU worker")
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes and batch: checks that it runs")
+    ap.add_argument("--work", default=str(ROOT / "results/tmp/engines"))
+    ap.add_argument("--out", help="default: results/benchmarks/engines.json (with --tiny: WORK/engines.json)")
+    args = ap.parse_args()
+    from suite import store
+
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    out_path = Path(args.out or (work / "engines.json" if args.tiny else ROOT / "results/benchmarks/engines.json"))
+    seq, gb = (32, 4) if args.tiny else (args.seq_len, args.global_batch)
+    rows = []
+    for model in args.models.split(","):
+        base = [
+            f"model={model}",
+            *(TINY if args.tiny else SHRUNK.get(model, [])),
+            f"model.recipe.seq_len={seq}",
+            f"model.recipe.global_batch={gb}",
+            "model.recipe.precision=fp32",
+            "hardware=cpu-x2",
+            f"hardware.mem_gib={args.mem_gib}",
+            "measure.warmup_steps=1",
+            "measure.timed_steps=3",
+            "measure.max_micro_steps=2",
+            "measure.timeout_s=600",
+            "wandb.mode=disabled",
+        ]
+        for ds, fsdp in PAIRS:
+            print(f"{model}: {ds} against {fsdp}", flush=True)
+            sides = [largest_fit(base, s, gb // 2, work) for s in (ds, fsdp)]
+            rows.append({"model": model, "overrides": base, "deepspeed": sides[0], "fsdp2": sides[1]})
+    out = {
+        "schema": "suite.benchmark/1",
+        "benchmark": "engines",
+        "tiny": args.tiny,
+        "mem_gib_per_worker": args.mem_gib,
+        "rows": rows,
+        "provenance": store.provenance("cpu"),
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=1))
+
+    def cell(s: dict) -> str:
+        if s["largest_micro_batch"] is None:
+            return f"{s['sharding']}: nothing fits"
+        return (
+            f"{s['sharding']}: mb {s['largest_micro_batch']}, step {s['step_time_s']:.3f} s, "
+            f"peak {s['peak_mem_gib']:.2f} GiB"
+        )
+
+    for r in rows:
+        print(f"{r['model']:>16} | {cell(r['deepspeed'])} | {cell(r['fsdp2'])}")
+    print(f"-> {out_path}")
+
+
+if __name__ == "__main__":
+    main()

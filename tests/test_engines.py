@@ -1,0 +1,184 @@
+"""The engine axis (DeepSpeed or FSDP2): its settings and their problems, stable trial ids, the
+worker's step accounting and memory windows, and ZeRO-3 built through transformers for every
+model family. Real 2-process FSDP2 trials are in test_trial.py, next to the ZeRO ones they match.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY, TINY_MEMBERS, make_trial
+
+from suite import metrics, models, worker
+from suite.cli import run_one
+from suite.config import Trial, problems, unsupported
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["methods.engine=fsdp2", "methods.zero_stage=2"], "methods.zero_stage=2 is a DeepSpeed setting"),
+        (["methods.engine=fsdp2", "methods.offload=optimizer"], "methods.offload=optimizer is not available"),
+        (["methods.reshard_after_forward=false"], "applies to methods.engine=fsdp2 only"),
+        (["methods.engine=megatron"], "methods.engine='megatron'"),
+    ],
+)
+def test_settings_of_the_other_engine_are_problems(overrides, expected):
+    found = problems(make_trial(TINY + overrides))
+    assert any(expected in p for p in found), found
+
+
+def test_fsdp2_default_is_written_out_once_and_deepspeed_ids_do_not_change():
+    plain = make_trial(TINY + ["methods.engine=fsdp2"])
+    full = make_trial(TINY + ["methods.engine=fsdp2", "methods.reshard_after_forward=true"])
+    assert plain.methods.reshard_after_forward is True and plain.id == full.id
+    assert problems(plain) == [] and problems(make_trial(TINY + ["+sharding=fsdp-shard-grad-op"])) == []
+    assert plain.id != make_trial(TINY + ["methods.engine=fsdp2", "methods.reshard_after_forward=false"]).id
+    assert plain.id != make_trial(TINY).id
+    # Records stored before the engine axis existed keep their trial ids.
+    for f in sorted(FIXTURES.glob("*.json")):
+        rec = json.loads(f.read_text())
+        assert Trial.from_dict(rec["trial"]).id == rec["trial_id"], f.name
+
+
+def test_the_sharding_group_sets_each_engine_mode():
+    got = {}
+    for name in ("ddp", "zero1", "zero2", "zero3", "fsdp-shard-grad-op", "fsdp-full-shard"):
+        me = make_trial(TINY + [f"+sharding={name}"]).methods
+        got[name] = (me.engine, me.zero_stage, me.reshard_after_forward)
+    assert got == {
+        "ddp": ("deepspeed", 0, None),
+        "zero1": ("deepspeed", 1, None),
+        "zero2": ("deepspeed", 2, None),
+        "zero3": ("deepspeed", 3, None),
+        "fsdp-shard-grad-op": ("fsdp2", 0, False),
+        "fsdp-full-shard": ("fsdp2", 0, True),
+    }
+    # DeepSpeed's modes through the group are the very trials a plain zero_stage names.
+    assert make_trial(TINY + ["+sharding=zero2"]).id == make_trial(TINY + ["methods.zero_stage=2"]).id
+
+
+def test_fsdp2_offload_on_cpu_is_unsupported_without_a_launch(tmp_path):
+    t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
+    assert problems(t) == []
+    assert "accelerator" in unsupported(t)
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
+    assert rec["outcome"] == "unsupported" and rec["wall_s"] == 0.0
+
+
+# --- the worker's step accounting (the loop itself runs in test_trial.py) -------------------------
+
+
+def test_warm_up_goes_on_until_nothing_compiles_and_stops_at_its_cap():
+    w = worker.Window(warmup=2, timed=3)
+    assert not w.keep(new_graphs=5, skipped=False) and not w.timing  # below measure.warmup_steps
+    assert not w.keep(new_graphs=1, skipped=False) and not w.timing  # still compiling: warm up more
+    assert not w.keep(new_graphs=0, skipped=False) and w.timing and w.first_timed
+    assert w.keep(new_graphs=2, skipped=False) and w.recompiles == 2  # counted (the flag), kept
+    capped = worker.Window(warmup=1, timed=3)
+    for _ in range(1 + worker.EXTRA_WARMUP):
+        capped.keep(new_graphs=1, skipped=False)
+    assert capped.timing and capped.warmup_run == 1 + worker.EXTRA_WARMUP
+
+
+def test_a_timed_window_that_keeps_skipping_updates_is_nan():
+    w = worker.Window(warmup=1, timed=2)
+    w.keep(new_graphs=0, skipped=False)
+    assert not w.keep(new_graphs=0, skipped=True) and not w.keep(new_graphs=0, skipped=True)
+    with pytest.raises(worker.NonFiniteLoss, match="3 steps of the timed window skipped"):
+        w.keep(new_graphs=0, skipped=True)
+
+
+def test_the_timed_windows_peak_excludes_the_build():
+    """The worker's memory windows on this kernel: what the build held is not the timed peak."""
+    worker.reset_peaks(cuda=False)
+    base = worker.host_hwm_gib()  # as the worker takes it: the runtime imported before the build
+    build_alloc = bytearray(400 * 2**20)  # the build's transient: 400 MiB touched, then freed
+    build_alloc[::4096] = b"x" * len(build_alloc[::4096])
+    build = worker.peaks(cuda=False)
+    del build_alloc
+    worker.reset_peaks(cuda=False)
+    timed_alloc = bytearray(40 * 2**20)
+    timed_alloc[::4096] = b"y" * len(timed_alloc[::4096])
+    timed = worker.peaks(cuda=False)
+    rank = {**timed, **{f"build_{k}": v for k, v in build.items()}, "host_base_gib": base}
+    m = metrics.memory([rank], cuda=False)
+    assert m["build_peak_mem_gib"] > 0.38
+    assert 0.03 < m["peak_mem_gib"] < 0.2
+    assert m["host_peak_gib"] == timed["host_peak_gib"] and m["peak_reserved_gib"] is None
+
+
+# --- ZeRO-3 built through transformers, against ZeRO-0, for every model family ------------------
+
+# The CPU-sized member of each task and architecture (conftest.TINY_MEMBERS), on one worker.
+# Plus a Llama-style decoder for RoPE and grouped-query attention.
+FAMILY_MODELS = {
+    name: [o for o in overrides if not o.startswith(("hardware=", "methods.micro_batch="))]
+    for name, overrides in {
+        **TINY_MEMBERS,
+        "llama": ["model=tinyllama-1.1b", *TINY[1:], "model.config.num_key_value_heads=2"],
+    }.items()
+}
+
+BUILD_BOTH = """
+import json, sys
+import torch
+from suite import engines, models
+from suite.config import Trial
+
+out = {}
+for name, spec in json.loads(sys.argv[1]).items():
+    t = Trial.from_dict(spec)
+    eng = engines.make(t, torch.device("cpu"), 1)
+    eng.build()
+    gen = torch.Generator().manual_seed(0)
+    # The first loss over 32 samples, as the first warm-up step would take it.
+    losses = [eng.micro_step(models.batch(t.model, 8, gen, "cpu"), True).item() for _ in range(4)]
+    buffers = {n: str(b.dtype) for n, b in eng.engine.module.named_buffers()}
+    out[name] = {"loss": sum(losses) / len(losses), "buffers": buffers, "stage": t.methods.zero_stage}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_zero3_builds_every_family_as_zero0_does():
+    specs = {}
+    for model, base in FAMILY_MODELS.items():
+        for stage in (0, 3):
+            overrides = [*base, f"methods.zero_stage={stage}", "hardware=cpu-x1"]
+            t = make_trial(overrides + ["methods.precision=bf16", "methods.micro_batch=8"])
+            specs[f"{model}/{stage}"] = t.to_dict()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {
+        "DS_ACCELERATOR": "cpu",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    cmd = [sys.executable, "-c", BUILD_BOTH, json.dumps(specs)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    built = json.loads(out.stdout.strip().splitlines()[-1])
+    for model in FAMILY_MODELS:
+        zero0, zero3 = built[f"{model}/0"], built[f"{model}/3"]
+        t = Trial.from_dict(specs[f"{model}/0"])
+        shape = models.shape(t.model)
+        classes = shape.num_labels if t.model.task == "image-classification" else shape.vocab
+        assert zero3["loss"] == pytest.approx(zero0["loss"], rel=0.01), model
+        assert zero3["loss"] == pytest.approx(math.log(classes), rel=0.02), model  # random init: ln(classes)
+        assert zero3["buffers"] == zero0["buffers"], model  # RoPE inv_freq stays fp32 under bf16
+        if any("inv_freq" in k for k in zero3["buffers"]):
+            assert {v for k, v in zero3["buffers"].items() if "inv_freq" in k} == {"torch.float32"}
