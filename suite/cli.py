@@ -12,6 +12,7 @@ record (suite/store.py); `measure.repeats=auto` runs until the interval of the m
 narrow enough (suite/stats.py). Runs already stored count, so asking for more adds only the
 missing ones, and each run is claimed on its own: jobs sharing a store never run more than
 the most any of them asked for. A run that fails ends the trial's runs.
+
 With `hydra/launcher=slurm` each trial is a Slurm job (suite/slurm.py); `cluster.nodes=N`
 spreads one trial over N nodes (suite/cluster.py).
 """
@@ -57,9 +58,10 @@ def summary_line(rec: dict, t: Trial) -> str:
     if rec["outcome"] != "ok":
         return f"{head} | {rec['message']} ({source})"
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a (cpu)"
-    within = f", ±{100 * m['step_time_within_std_s'] / m['step_time_s']:.1f}% within a run"
+    w = m["step_time_within_std_s"]
+    within = f", ±{100 * w / m['step_time_s']:.1f}% within a run" if w is not None else ""
     if m["runs"] == 1:
-        step = f"step {m['step_time_s']:.3f} s (single run{within if m['step_time_within_std_s'] is not None else ''})"
+        step = f"step {m['step_time_s']:.3f} s (single run{within})"
     else:
         step = (
             f"step {m['step_time_s']:.3f} s (median of {m['runs']} runs, {m['step_time_ci_level']:.1%} interval "
