@@ -508,3 +508,30 @@ def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_pat
     frame, _ = load_results(tmp_path)
     assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])
     assert frame.loc[0, "message"].startswith("fits only sometimes")
+
+
+REPEATS = Path(__file__).parent / "fixtures" / "repeats"
+
+
+def test_real_repeated_records_load_with_their_runs(prices):
+    """tests/fixtures/repeats: real trials of 3 runs (tiny-neox), and real trials whose later run failed."""
+    raw = {p.stem: json.loads(p.read_text()) for p in sorted(REPEATS.glob("*.json"))}
+    df, skipped = load_results(REPEATS)
+    assert skipped == [] and len(df) == len(raw)
+    for r in df.itertuples():
+        runs = raw[r.trial_id]["runs"]
+        times = sorted(x["metrics"]["step_time_s"] for x in runs if x["outcome"] == "ok")
+        if r.outcome == "ok":
+            assert r.runs == len(runs) == 3 and r.step_time_s == times[1]  # the median of 3
+            assert (r.step_time_ci_lo_s, r.step_time_ci_hi_s, r.step_time_ci_level) == (times[0], times[2], 0.75)
+        else:  # it ran ok before a run failed: listed with what did not fit or run, not as a fit
+            assert 0 < len(times) < len(runs) and f"after {len(times)} ok run(s)" in r.message
+            assert math.isnan(r.step_time_s)
+    assert {"oom", "timeout"} <= set(df["outcome"]) and (df["outcome"] == "ok").sum() == 4
+    est = estimates.add_estimates(df, prices)
+    for case in micro_batches(est).itertuples():  # the verdict, from the intervals by hand
+        a = (case.largest_step_time_ci_lo_s, case.largest_step_time_ci_hi_s)
+        b = (case.smaller_step_time_ci_lo_s, case.smaller_step_time_ci_hi_s)
+        overlap = a[0] <= b[1] and b[0] <= a[1]
+        faster = "smaller" if case.smaller_step_time_s < case.largest_step_time_s else "largest"
+        assert case.verdict == ("tied" if overlap else f"{faster} significantly faster")
