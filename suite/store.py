@@ -20,7 +20,8 @@ in the fields every reader uses:
   spread between runs (None for one run), `step_time_within_std_s`: the spread of the timed
   steps inside each run (pooled; each run's own is its `step_time_std_s`); throughput and
   MFU at the median step time; every memory figure (`*_gib`) the largest of any run; the
-  micro-step, boundary and optimizer times the median of each.
+  micro-step, boundary and optimizer times the median of each; `noisy` when any run's timed
+  steps were.
 - `wall_s`: the wall time of all runs; `provenance`: the latest run's.
 
 Records of schema suite.trial/1 (one run, its figures at the top) load as single runs
