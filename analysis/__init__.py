@@ -7,7 +7,8 @@ One module per concern:
 - `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
   FLOPs-only (analytic) estimate and the MFU a published time implies.
 - `published`: Khandelwal et al. 2024's published time-to-train figures and the MFU each implies.
-- `tables`: the report tables as frames (best per budget, across budgets, speed-ups, misfits).
+- `tables`: the report tables as frames (best per budget with its ties, across budgets, speed-ups,
+  whether the largest micro-batch that fits is the fastest, misfits).
 - `render`: the tables as Markdown, CSV and LaTeX (booktabs).
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.
 - `cli`: `suite-report` with one subcommand per use (`tables`, `export`).

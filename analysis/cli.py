@@ -96,7 +96,7 @@ def selection(items: list[str]) -> dict[str, str]:
 
 
 def run_export(args: argparse.Namespace) -> None:
-    from analysis.export import export_winner, write_export
+    from analysis.export import export_winner, measured, write_export
 
     chosen = selection(args.select)
     df = analysed(args, load_prices(args.prices))
@@ -107,7 +107,8 @@ def run_export(args: argparse.Namespace) -> None:
     out = args.out or Path("reports/export") / name
     paths = write_export(w, out)
     print(f"Winner for {r['model']} on {r['budget']}: {r['config']}")
-    print(f"  measured step {r['step_time_s']:.3f} s -> {r['days']:,.2f} days; trial {r['trial_id']} ({r['file']})")
+    print(f"  measured {measured(r)}")
+    print(f"  trial {r['trial_id']} ({r['file']})")
     title, name, settings = w.engine_file
     print(f"\n{title} ({out / name}):\n{json.dumps(settings, indent=2)}")
     print(f"\nTrainingArguments:\n{json.dumps(w.training_args, indent=2)}")

@@ -14,7 +14,10 @@
 a trial that did not run, a CPU with no peak or price, a GPU without a price row):
 
     gpu                      profile key of the GPU (a100-80gb), "" on CPU
-    days, gpu_days, gpu_hours
+    days, gpu_days, gpu_hours                        at the median step time
+    days_lo, days_hi, gpu_hours_lo, gpu_hours_hi,    the same formulas at the ends of the
+    cloud_cost_lo_usd, cloud_cost_hi_usd,            interval of the median step time
+    owned_cost_lo_usd, owned_cost_hi_usd             (equal to the median's for a single run)
     original_gpu_days        GPUs x days of the model's original run
     gpu_days_vs_original     gpu_days / original_gpu_days
     cloud_usd_per_gpu_hour, cloud_price_source, cloud_cost_usd
@@ -107,22 +110,24 @@ def add_estimates(df: pd.DataFrame, prices: Prices, analytic_mfu: float = ANALYT
     out["gpu"] = [
         keys.get(name, "") if dev == "cuda" else "" for name, dev in zip(out["gpu_name"], out["device"], strict=True)
     ]
-    step = out["step_time_s"].astype(float)
-    out["days"] = training_days(step, out["train_steps"])
-    out["gpu_days"] = out["days"] * out["n_gpus"]
-    out["gpu_hours"] = gpu_hours(out["days"], out["n_gpus"])
-    original = (out["original_gpus"] * out["original_days"]).astype(float)
-    out["original_gpu_days"] = original.where(original > 0)
-    out["gpu_days_vs_original"] = out["gpu_days"] / out["original_gpu_days"]
     cloud = [prices.cloud.get(g) for g in out["gpu"]]
     out["cloud_usd_per_gpu_hour"] = [c.usd_per_gpu_hour if c else math.nan for c in cloud]
     out["cloud_price_source"] = [f"{c.provider}, {c.source} ({c.date})" if c else "" for c in cloud]
-    out["cloud_cost_usd"] = cloud_cost_usd(out["gpu_hours"], out["cloud_usd_per_gpu_hour"])
     out["owned_hardware_usd"] = [
         owned_hardware_usd(prices, g, n, nodes)
         for g, n, nodes in zip(out["gpu"], out["gpus_per_node"], out["n_nodes"], strict=True)
     ]
-    out["owned_cost_usd"] = owned_cost_usd(out["owned_hardware_usd"], out["days"], prices.amortization_years)
+    # The median and both ends of its interval go through the same formulas.
+    for end, step_col in (("", "step_time_s"), ("_lo", "step_time_ci_lo_s"), ("_hi", "step_time_ci_hi_s")):
+        days = training_days(out[step_col].astype(float), out["train_steps"])
+        out[f"days{end}"] = days
+        out[f"gpu_hours{end}"] = gpu_hours(days, out["n_gpus"])
+        out[f"cloud_cost{end}_usd"] = cloud_cost_usd(out[f"gpu_hours{end}"], out["cloud_usd_per_gpu_hour"])
+        out[f"owned_cost{end}_usd"] = owned_cost_usd(out["owned_hardware_usd"], days, prices.amortization_years)
+    out["gpu_days"] = out["days"] * out["n_gpus"]
+    original = (out["original_gpus"] * out["original_days"]).astype(float)
+    out["original_gpu_days"] = original.where(original > 0)
+    out["gpu_days_vs_original"] = out["gpu_days"] / out["original_gpu_days"]
     out["peak_tflops"] = [_peak_tflops(t) for t in out["trial"]]
     out["analytic_mfu"] = analytic_mfu
     flops = total_flops(

@@ -199,13 +199,27 @@ def _block_class_name(t: Trial) -> str:
     return models.block_class(model).__name__
 
 
+def measured(r: pd.Series) -> str:
+    """What was measured for a winner's row: median step, its interval and runs, days; and its ties."""
+    if r["runs"] > 1:
+        step = (
+            f"step {r['step_time_s']:.3f} s (median of {r['runs']} runs; {r['step_time_ci_level']:.1%} interval "
+            f"{r['step_time_ci_lo_s']:.3f}-{r['step_time_ci_hi_s']:.3f} s) -> {r['days']:,.2f} days "
+            f"({r['days_lo']:,.2f}-{r['days_hi']:,.2f})"
+        )
+    else:
+        step = f"step {r['step_time_s']:.3f} s (a single run: no interval) -> {r['days']:,.2f} days"
+    tied = r.get("tied_configs")
+    return step + (f"; tied with {r['n_tied']} (intervals overlap): {tied}" if isinstance(tied, str) and tied else "")
+
+
 def _script_text(w: Winner) -> str:
     r, t = w.row, w.trial
     lines = [
         "#!/usr/bin/env bash",
         f"# {t.model.name} on {r['budget']}: {r['config']}",
-        f"# measured: step {r['step_time_s']:.3f} s (std {r['step_time_std_s']:.3f} s) -> {r['days']:.2f} days;"
-        f" trial {r['trial_id']} ({r['file']})",
+        f"# measured: {measured(r)}",
+        f"# trial {r['trial_id']} ({r['file']})",
         f"# {w.script} is a Hugging Face Trainer script (transformers/examples/pytorch/); put its data",
         "# arguments after this script's name: bash launch.sh --dataset_name ... --tokenizer_name ...",
         f"# Build the model with attn_implementation={t.attention!r}, as measured."

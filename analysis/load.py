@@ -1,6 +1,7 @@
 """Every trial result file under a path into one pandas frame with a checked schema.
 
-A file that is not JSON, not a trial record of schema `suite.trial/1`, or whose trial or
+A file that is not JSON, not a trial record (schema `suite.trial/2`, or `suite.trial/1`
+for records of one run made before repeats, read as single runs), or whose trial, runs or
 metrics do not check out is skipped with a message naming it; it never stops the load.
 The same trial stored twice (a copied file) is kept once, the later record.
 
@@ -16,10 +17,18 @@ e.g. every metric of a trial that did not run `ok`):
     engine, sharding, zero_stage, reshard_after_forward, offload, recompute, micro_batch, gas,
     attention, compile, config
     kernel_path                                    (which fused kernels ran, where a model has them: Mamba)
-    step_time_s, step_time_std_s, noisy, extrapolated, gas_measured,       (measured, `ok` only)
+    step_time_s, step_time_ci_lo_s, step_time_ci_hi_s, step_time_ci_level, runs,   (measured, `ok` only)
+    step_time_between_std_s, step_time_within_std_s, noisy, extrapolated, gas_measured,
     tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
     mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
     trial                                                                  (the record's trial dict)
+
+`step_time_s` is the median of the trial's `runs`, each in fresh processes; its interval
+[step_time_ci_lo_s, step_time_ci_hi_s] covers the median with probability
+`step_time_ci_level` (suite/stats.py; NaN for a single run, which has no interval and whose
+lo and hi are its own time). `step_time_between_std_s` is the spread between runs (NaN for
+one run); `step_time_within_std_s` the spread of the timed steps inside a run. Throughput,
+MFU and memory are those of the record's summary (suite/store.py).
 
 `sharding` labels the engine and its sharding (one of SHARDINGS); `config` is a short label of
 the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32", "FSDP2 full_shard mb 4x4 sdpa
@@ -40,18 +49,24 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
+from suite import store
 from suite.config import Trial
-from suite.store import SCHEMA
 
 # Outcomes written by suite.launch (ok, oom, timeout, crashed, nan) and suite.cli (invalid, unsupported).
 NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
-OTHER_SCHEMAS = {"suite.search/1", "suite.benchmark/1"}  # search logs, benchmark summaries
+OTHER_SCHEMAS = {"suite.search/1", "suite.search/2", "suite.benchmark/1"}  # search logs, benchmark summaries
 OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
 # Metrics an `ok` record must carry as numbers for any estimate to be made from it.
 REQUIRED_METRICS = ("step_time_s", "tokens_per_step", "tokens_per_s", "model_flops_per_token", "peak_mem_gib", "gas")
+# The summary of an `ok` record's runs must carry these too (suite/store.py).
+INTERVAL_METRICS = ("step_time_ci_lo_s", "step_time_ci_hi_s", "step_time_ci_level", "runs")
 FLOAT_METRICS = (
     "step_time_s",
-    "step_time_std_s",
+    "step_time_ci_lo_s",
+    "step_time_ci_hi_s",
+    "step_time_ci_level",
+    "step_time_between_std_s",
+    "step_time_within_std_s",
     "tokens_per_step",
     "tokens_per_s",
     "tokens_per_s_per_device",
@@ -61,7 +76,7 @@ FLOAT_METRICS = (
     "peak_mem_gib",
     "peak_reserved_gib",
 )
-OTHER_METRICS = ("noisy", "extrapolated", "gas_measured", "n_params")
+OTHER_METRICS = ("runs", "noisy", "extrapolated", "gas_measured", "n_params")
 
 
 class Malformed(ValueError):
@@ -140,12 +155,30 @@ def _number(metrics: dict, key: str) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _check_runs(rec: dict) -> None:
+    runs = rec.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise Malformed("its runs are not a list of runs")
+    for k, r in enumerate(runs, 1):
+        if r.get("outcome") not in OUTCOMES or not isinstance(r.get("metrics"), dict):
+            raise Malformed(f"run {k} has no known outcome or no metrics")
+        if r["outcome"] == "ok" and not _number(r["metrics"], "step_time_s"):
+            raise Malformed(f"run {k} is ok without a numeric step_time_s")
+    if rec["outcome"] == "ok":
+        m = rec["metrics"]
+        bad = [k for k in INTERVAL_METRICS if not _number(m, k)]
+        if bad:
+            raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
+        if m["runs"] != len(runs) or any(r["outcome"] != "ok" for r in runs):
+            raise Malformed(f"an ok record of {m['runs']} runs holds {len(runs)} runs, not all ok")
+
+
 def row(rec: Any, file: Path) -> dict[str, Any]:
     """One frame row from one record; raises Malformed saying what is wrong."""
-    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+    if not isinstance(rec, dict) or rec.get("schema") not in store.SCHEMAS:
         found = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
-        raise Malformed(f"not a trial record of schema {SCHEMA} (found {found!r})")
-    missing = [k for k in ("trial_id", "outcome", "trial", "metrics") if k not in rec]
+        raise Malformed(f"not a trial record of schema {' or '.join(store.SCHEMAS)} (found {found!r})")
+    missing = [k for k in ("trial_id", "outcome", "trial", "metrics", "wall_s") if k not in rec]
     if missing:
         raise Malformed(f"missing {', '.join(missing)}")
     if rec["outcome"] not in OUTCOMES:
@@ -164,6 +197,10 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
             raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
         if m["step_time_s"] <= 0:
             raise Malformed(f"step_time_s={m['step_time_s']} is not positive")
+    if rec["schema"] == store.SINGLE_RUN_SCHEMA:
+        rec = store.upgrade(rec)
+    _check_runs(rec)
+    m = rec["metrics"]
     bad = [k for k in FLOAT_METRICS if m.get(k) is not None and not _number(m, k)]
     if bad:
         raise Malformed(f"metrics {', '.join(bad)} are not numbers")
@@ -211,6 +248,8 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "kernel_path": m.get("kernel_path"),
     }
     out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})
+    if out["runs"] == 1:
+        out["step_time_ci_level"] = None  # one run has no interval (stats.median_interval: coverage 0)
     out["trial"] = rec["trial"]
     return out
 
@@ -246,6 +285,7 @@ def load_results(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
         return df, skipped
     df[list(FLOAT_METRICS)] = df[list(FLOAT_METRICS)].astype(float)
     df["gas"] = df["gas"].astype("Int64")
+    df["runs"] = df["runs"].astype("Int64")
     df = df.sort_values(["date", "file"], na_position="first", kind="stable")
     dup = df.duplicated("trial_id", keep="last")
     kept = df.drop_duplicates("trial_id", keep="last").set_index("trial_id")["file"]

@@ -2,7 +2,9 @@
 
 A `Table` holds raw values (columns named with units) and how to show each column. The
 CSV keeps the raw values under those names; Markdown and LaTeX show formatted values
-under human headers, with "n/a" where a value does not exist (never a made-up 0).
+under human headers, with "n/a" where a value does not exist (never a made-up 0). A column
+with an `interval` shows its value followed by the interval, "1.234 [1.201, 1.270]" (only
+the value where the interval is a point: a single run), and the CSV keeps both ends too.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Column:
     fmt: str = "text"
     width: int = 0
     """Longer shown values are cut to this many characters (0: never); the CSV keeps them whole."""
+    interval: tuple[str, str] | None = None
+    """Keys of the low and high ends of the value's interval, shown after it in the same format."""
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,23 @@ class Table:
     notes: tuple[str, ...] = ()
 
     def raw(self) -> pd.DataFrame:
-        return self.frame[[c.key for c in self.columns]]
+        return self.frame[[k for c in self.columns for k in (c.key, *(c.interval or ()))]]
 
     def formatted(self) -> pd.DataFrame:
-        def show(value, c: Column) -> str:
-            missing = value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
-            text = NA if missing else FORMATS[c.fmt](value)
+        def missing(value) -> bool:
+            return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+        def show(row, c: Column) -> str:
+            value = row[c.key]
+            text = NA if missing(value) else FORMATS[c.fmt](value)
+            if c.interval and not missing(value):
+                lo, hi = (row[k] for k in c.interval)
+                if not (missing(lo) or missing(hi)) and lo != hi:
+                    text += f" [{FORMATS[c.fmt](lo)}, {FORMATS[c.fmt](hi)}]"
             return text[: c.width - 1] + "…" if 0 < c.width < len(text) else text
 
-        return pd.DataFrame({c.header: [show(v, c) for v in self.frame[c.key]] for c in self.columns}, dtype=object)
+        rows = [r for _, r in self.frame.iterrows()]
+        return pd.DataFrame({c.header: [show(r, c) for r in rows] for c in self.columns}, dtype=object)
 
 
 def to_markdown(t: Table) -> str:

@@ -12,9 +12,20 @@ different step.
 - `engines`: DeepSpeed against FSDP2 at equal sharding (ZeRO-2 and shard_grad_op, ZeRO-3 and
   full_shard), per group and offload: each engine's fastest configuration, its peak memory,
   and the largest micro-batch that ran.
+- `micro_batches`: the seed paper assumed the largest micro-batch that fits is fastest; per
+  (model, budget, methods) case, the largest that ran against the fastest smaller one.
+
+Step times are medians of a trial's runs with an interval of the median (suite/stats.py).
+The fastest of a group is the smallest median; a configuration is tied with it when their
+intervals overlap (`tied_with_fastest`). `compare` says whether one configuration is
+significantly faster than another: their intervals do not overlap, and each comes from more
+than one run (a single run has no interval, so it cannot show a difference).
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 import pandas as pd
 
@@ -22,9 +33,11 @@ from analysis.estimates import speedup_pct
 from analysis.prices import Prices
 from analysis.published import SOURCE
 from analysis.render import Column, Table
+from suite import stats
 
 GROUP = ["model", "recipe", "budget"]
 NOT_OK_ORDER = ("oom", "timeout", "nan", "crashed", "unsupported", "invalid")
+SINGLE = "single runs: no interval"
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -46,9 +59,48 @@ def _tried(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def interval(row: pd.Series) -> stats.Interval:
+    """The interval of the median step time of an `ok` row."""
+    level = row["step_time_ci_level"]
+    return stats.Interval(
+        row["step_time_ci_lo_s"], row["step_time_ci_hi_s"], 0.0 if pd.isna(level) else level, row["runs"]
+    )
+
+
+def tied_with_fastest(df: pd.DataFrame) -> pd.Series:
+    """Per row: an `ok` configuration, not the fastest of its group, whose interval overlaps the fastest one's."""
+    fastest = {tuple(r[GROUP]): r for _, r in _fastest(_ok(df)).iterrows()}
+    return pd.Series(
+        [
+            r["outcome"] == "ok"
+            and r["trial_id"] != fastest[key]["trial_id"]
+            and interval(r).overlaps(interval(fastest[key]))
+            for key, (_, r) in zip(map(tuple, df[GROUP].values), df.iterrows(), strict=True)
+        ],
+        index=df.index,
+        dtype=bool,
+    )
+
+
+def compare(faster: pd.Series, slower: pd.Series) -> tuple[str, float]:
+    """Whether `faster` (the smaller median) is significantly faster than `slower`, and with what
+    confidence (stats.separation): significant when their intervals, each from 2+ runs, do not overlap."""
+    if faster["runs"] < 2 or slower["runs"] < 2:
+        return SINGLE, float("nan")
+    a, b = interval(faster), interval(slower)
+    if a.overlaps(b):
+        return "tied", float("nan")
+    return "significantly faster", stats.separation(a, b)
+
+
 def best_per_budget(df: pd.DataFrame) -> pd.DataFrame:
-    """The fastest `ok` row per (model, recipe, budget), with how many configurations were tried."""
+    """The fastest `ok` row per (model, recipe, budget), with how many configurations were tried
+    and the ones tied with it (`n_tied`, `tied_configs`: their configurations, fastest first)."""
     best = _fastest(_ok(df)).join(_tried(df), on=GROUP)
+    tied = df[tied_with_fastest(df)].sort_values("step_time_s")
+    names = tied.groupby(GROUP)["config"].agg(list)
+    best["tied_configs"] = ["; ".join(names.get(tuple(k), [])) for k in best[GROUP].values]
+    best["n_tied"] = [len(names.get(tuple(k), [])) for k in best[GROUP].values]
     return best.sort_values(["model", "recipe", "days", "budget"]).reset_index(drop=True)
 
 
@@ -85,6 +137,7 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     why = naive_tried.reindex(out.index[missing])
     out.loc[missing, "naive_config"] = ["not measured" if pd.isna(w) else f"none ran ok ({w})" for w in why]
     out["speedup_pct"] = speedup_pct(out["naive_step_time_s"], out["best_step_time_s"])
+    out["significant"] = [compare(best.loc[k], naive.loc[k])[0] if k in naive.index else "n/a" for k in out.index]
     return out.reset_index().sort_values(["model", "recipe", "budget"]).reset_index(drop=True)
 
 
@@ -126,6 +179,78 @@ def engines(df: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values([*GROUP, "offload", "sharding"]).reset_index(drop=True)
 
 
+def _methods_key(trial: dict) -> str:
+    """The methods of a trial but its micro-batch: what one micro-batch case holds fixed."""
+    return json.dumps({k: v for k, v in trial["methods"].items() if k != "micro_batch"}, sort_keys=True)
+
+
+def micro_batches(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, recipe, budget, methods but the micro-batch) where 2+ micro-batches ran `ok`: the
+    largest that ran against the smaller ones. `smaller_*` is a smaller micro-batch significantly
+    faster than the largest if there is one (the fastest of those), else the fastest smaller one;
+    `verdict` and `confidence` come from `compare`; `largest_bound` says whether a larger one was
+    tried and failed (then the largest is the largest that fits) or none was tried."""
+    cases = df.assign(_methods=[_methods_key(t) for t in df["trial"]])
+    rows = []
+    for _, case in cases.groupby(GROUP + ["_methods"]):
+        ok = _ok(case).sort_values("micro_batch")
+        if len(ok) < 2:
+            continue
+        largest = ok.iloc[-1]
+        larger = case[case["micro_batch"] > largest["micro_batch"]].sort_values("micro_batch")
+        bound = (
+            f"{larger.iloc[0]['outcome']} at {larger.iloc[0]['micro_batch']}" if len(larger) else "no larger one tried"
+        )
+        smaller = ok.iloc[:-1]
+        better = [r for _, r in smaller.iterrows() if compare(r, largest)[0] == "significantly faster"]
+        pick = min(better, key=lambda r: r["step_time_s"]) if better else smaller.loc[smaller["step_time_s"].idxmin()]
+        if pick["step_time_s"] <= largest["step_time_s"]:
+            verdict, confidence = compare(pick, largest)
+            verdict = {"significantly faster": "smaller significantly faster"}.get(verdict, verdict)
+        else:
+            verdict, confidence = compare(largest, pick)
+            verdict = {"significantly faster": "largest significantly faster"}.get(verdict, verdict)
+        row = {k: largest[k] for k in GROUP}
+        row["methods"] = re.sub(r"\bmb \d+(x\d+)? ?", "", largest["config"]).strip()
+        for side, r in (("largest", largest), ("smaller", pick)):
+            row[f"{side}_micro_batch"] = r["micro_batch"]
+            for k in ("step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "runs"):
+                row[f"{side}_{k}"] = r[k]
+        row.update(
+            largest_bound=bound,
+            speedup_pct=speedup_pct(largest["step_time_s"], pick["step_time_s"]),
+            verdict=verdict,
+            confidence=confidence,
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=MICRO_BATCH_COLUMNS)
+
+
+MICRO_BATCH_COLUMNS = (
+    GROUP
+    + ["methods", "largest_micro_batch", "largest_bound"]
+    + [
+        f"{side}_{k}"
+        for side in ("largest", "smaller")
+        for k in ("step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "runs")
+    ]
+    + ["smaller_micro_batch", "speedup_pct", "verdict", "confidence"]
+)
+
+
+def micro_batch_answer(mb: pd.DataFrame) -> str:
+    """The seed paper's question answered in one sentence from the `micro_batches` frame."""
+    n = len(mb)
+    counts = mb["verdict"].value_counts()
+    tested = n - counts.get(SINGLE, 0)
+    return (
+        f"A smaller micro-batch is significantly faster than the largest that ran in "
+        f"{counts.get('smaller significantly faster', 0)} of {tested} cases with intervals "
+        f"({counts.get('tied', 0)} tied, {counts.get('largest significantly faster', 0)} where the largest "
+        f"is significantly faster); {counts.get(SINGLE, 0)} of {n} cases have single runs and cannot tell."
+    )
+
+
 def did_not_fit(df: pd.DataFrame) -> pd.DataFrame:
     rest = df[df["outcome"] != "ok"].copy()
     rest["_order"] = rest["outcome"].map({o: i for i, o in enumerate(NOT_OK_ORDER)})
@@ -145,12 +270,27 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
         f"(conf/prices/owned.yaml, Khandelwal et al. 2024's) amortized over {prices.amortization_years:g} years. "
         "n/a: no price or no peak (CPU)."
     )
+    interval_note = (
+        "Step: the median of the trial's runs [its interval]; runs: how many, each in fresh processes; level: "
+        "the probability that the interval holds the median (order statistics; below 95% with fewer than 6 runs; "
+        "n/a for a single run, which has no interval). Days and costs [at the interval's ends]. Within: the "
+        "standard deviation of the timed steps inside a run."
+    )
+    tie_note = (
+        "Tied: configurations whose interval overlaps the fastest one's; the runs cannot tell them apart. "
+        "A single run has no interval and shows no tie it may have."
+    )
     model, budget, recipe = Column("model", "model"), Column("budget", "budget"), Column("recipe", "recipe")
     config, outcome = Column("config", "configuration"), Column("outcome", "outcome")
-    step, std = Column("step_time_s", "step (s)", "s"), Column("step_time_std_s", "std (s)", "s")
-    days, analytic = Column("days", "days", "days"), Column("analytic_days", predicted, "days")
-    cloud, owned = Column("cloud_cost_usd", "cloud cost", "usd"), Column("owned_cost_usd", "owned cost", "usd")
+    step = Column("step_time_s", "step (s) [interval]", "s", interval=("step_time_ci_lo_s", "step_time_ci_hi_s"))
+    runs, level = Column("runs", "runs", "int"), Column("step_time_ci_level", "level", "frac%")
+    within = Column("step_time_within_std_s", "within (s)", "s")
+    days = Column("days", "days", "days", interval=("days_lo", "days_hi"))
+    analytic = Column("analytic_days", predicted, "days")
+    cloud = Column("cloud_cost_usd", "cloud cost", "usd", interval=("cloud_cost_lo_usd", "cloud_cost_hi_usd"))
+    owned = Column("owned_cost_usd", "owned cost", "usd", interval=("owned_cost_lo_usd", "owned_cost_hi_usd"))
     mfu, peak = Column("mfu", "MFU", "frac%"), Column("peak_mem_gib", "peak GiB", "gib")
+    mb = micro_batches(df)
     return [
         Table(
             "best",
@@ -162,19 +302,25 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
                 config,
                 Column("gas_measured", "GAS timed", "int"),
                 step,
-                std,
+                runs,
+                level,
+                within,
                 days,
-                Column("gpu_hours", "GPU-hours", "hours"),
+                Column("gpu_hours", "GPU-hours", "hours", interval=("gpu_hours_lo", "gpu_hours_hi")),
                 cloud,
                 owned,
                 mfu,
                 peak,
                 analytic,
+                Column("n_tied", "tied", "int"),
+                Column("tied_configs", "tied with", width=60),
                 Column("configs_ok", "ran ok", "int"),
                 Column("configs_tried", "tried", "int"),
                 recipe,
             ),
             (
+                interval_note,
+                tie_note,
                 "A step with fewer accumulation steps timed than the recipe's (mb AxGAS) is extrapolated "
                 "from its measured micro-step, boundary and optimizer times.",
                 predicted_note,
@@ -211,11 +357,53 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
                 Column("best_config", "best configuration"),
                 Column("best_step_time_s", "best step (s)", "s"),
                 Column("speedup_pct", "speed-up", "%"),
+                Column("significant", "best significantly faster?"),
                 recipe,
             ),
             (
                 "Naive: plain data parallel, no offload, no recomputation, its fastest micro-batch measured. "
-                "Speed-up = naive step time / best step time - 1.",
+                "Speed-up = naive median step time / best median step time - 1; significant when their "
+                "intervals, each from 2+ runs, do not overlap.",
+            ),
+        ),
+        Table(
+            "micro_batch",
+            "Is the largest micro-batch that fits the fastest?",
+            mb,
+            (
+                model,
+                budget,
+                Column("methods", "methods"),
+                Column("largest_micro_batch", "largest mb", "int"),
+                Column("largest_bound", "next larger"),
+                Column(
+                    "largest_step_time_s",
+                    "largest: step (s)",
+                    "s",
+                    interval=("largest_step_time_ci_lo_s", "largest_step_time_ci_hi_s"),
+                ),
+                Column("largest_runs", "largest: runs", "int"),
+                Column("smaller_micro_batch", "smaller mb", "int"),
+                Column(
+                    "smaller_step_time_s",
+                    "smaller: step (s)",
+                    "s",
+                    interval=("smaller_step_time_ci_lo_s", "smaller_step_time_ci_hi_s"),
+                ),
+                Column("smaller_runs", "smaller: runs", "int"),
+                Column("speedup_pct", "smaller's speed-up", "%"),
+                Column("verdict", "verdict"),
+                Column("confidence", "confidence", "frac%"),
+                recipe,
+            ),
+            (
+                micro_batch_answer(mb),
+                "The seed paper assumed the largest micro-batch that fits is the fastest. Each case holds the "
+                "methods fixed; the smaller micro-batch shown is one significantly faster than the largest if "
+                "any is, else the fastest smaller one. Significant: the intervals of the two medians, each from "
+                "2+ runs, do not overlap; confidence: at least the sum of the two intervals' levels minus 1.",
+                "Next larger: the outcome of the next larger micro-batch tried (out of memory: the largest that "
+                "fits), or none tried.",
             ),
         ),
         Table(
@@ -269,7 +457,7 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
                 Column("implied_mfu", "implied MFU", "frac%"),
                 Column("verdict", "verdict"),
                 Column("owned_hardware_usd", "hardware", "usd"),
-                owned,
+                Column("owned_cost_usd", "owned cost", "usd"),
             ),
             (
                 f"Source: {SOURCE}.",
@@ -286,7 +474,10 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
                 config,
                 outcome,
                 step,
-                std,
+                runs,
+                level,
+                within,
+                Column("step_time_between_std_s", "between (s)", "s"),
                 days,
                 analytic,
                 mfu,
@@ -297,6 +488,6 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
                 recipe,
                 Column("cloud_price_source", "cloud price source"),
             ),
-            (predicted_note,),
+            (interval_note, "Between: the standard deviation of the runs' step times.", predicted_note),
         ),
     ]

@@ -45,6 +45,16 @@
     sci: (x) => x.toPrecision(3),
   };
   const fmt = (x, kind) => (has(x) ? FMT[kind](x) : na);
+  // A figure with the interval of the median it comes from, "[lo, hi]", unless a single run made it (no interval).
+  const hasInterval = (x, lo, hi) => has(x) && has(lo) && has(hi) && lo !== hi;
+  const intervalText = (lo, hi, kind) => `[${fmt(lo, kind)}, ${fmt(hi, kind)}]`;
+  const figureText = (x, lo, hi, kind) => fmt(x, kind) + (hasInterval(x, lo, hi) ? ` ${intervalText(lo, hi, kind)}` : "");
+  const withInterval = (x, lo, hi, kind) => (hasInterval(x, lo, hi) ? [fmt(x, kind), el("span", { class: "ci",
+    title: "at the ends of the interval of the median step time", text: intervalText(lo, hi, kind) })] : [fmt(x, kind)]);
+  const runsText = (r) => (r.runs === 1 ? "single run" : `${r.runs} runs, ${fmt(r.step_time_ci_level, "pct")} interval`);
+  const starTitle = (r) => (r.best ? (r.n_tied ? `Fastest median of its budget, tied with ${r.n_tied} other ` +
+    `configuration${r.n_tied > 1 ? "s" : ""}: their intervals overlap, so the runs cannot tell them apart` :
+    "Fastest configuration of its budget") : r.tied ? "Tied with the fastest of its budget: their intervals overlap" : "");
   const failed = (r) => r.outcome !== "ok";
   // One series per device type; CPU budgets differ by their per-worker memory limit instead.
   const gpuLabel = (r) =>
@@ -56,8 +66,12 @@
   // ---- the table ---------------------------------------------------------------------------
 
   const COLUMNS = [
-    { key: "best", label: "", title: "Fastest configuration of its budget", cls: "star",
-      cell: (r) => (r.best ? "\u2605" : ""), value: (r) => (r.best ? 0 : 1) },
+    { key: "best", label: "", title: "Fastest configuration of its budget (\u2606: tied with it)", cls: "star",
+      cell: (r) => {
+        const mark = r.best ? (r.n_tied ? "\u2605 tied" : "\u2605") : r.tied ? "\u2606 tied" : "";
+        return mark ? el("span", { title: starTitle(r), text: mark }) : "";
+      },
+      value: (r) => (r.best ? 0 : r.tied ? 1 : 2) },
     { key: "model", label: "Model", cls: "model", cell: (r) => el("span", { title: r.model, text: r.model }) },
     { key: "hardware", label: "Hardware", cell: (r) => r.hardware },
     { key: "engine", label: "Engine", title: "sharding engine", cell: (r) => ENGINE_NAMES[r.engine] || r.engine },
@@ -65,11 +79,15 @@
     { key: "micro_batch", label: "Micro-batch", num: true, title: "micro-batch per device \u00d7 accumulation steps",
       cell: (r) => (has(r.gas) ? `${r.micro_batch} \u00d7 ${r.gas}` : String(r.micro_batch)) },
     { key: "outcome", label: "Status", cell: (r) => el("span", { class: `status ${r.outcome}`, text: r.outcome }) },
-    { key: "step_time_s", label: "Step (s)", num: true, title: "mean optimizer step at the recipe's global batch",
+    { key: "step_time_s", label: "Step (s)", num: true,
+      title: "median optimizer step of the trial's runs at the recipe's global batch, [its interval], runs",
       cell: (r) => {
         if (!has(r.step_time_s)) return na;
-        const out = [fmt(r.step_time_s, "s")];
-        if (r.noisy) out.push(el("span", { class: "noisy", title: "spread above the noise threshold", text: "noisy" }));
+        const out = withInterval(r.step_time_s, r.step_time_ci_lo_s, r.step_time_ci_hi_s, "s");
+        out.push(el("span", { class: "ci runs", text: runsText(r), title: r.runs === 1 ?
+          "one run has no interval: its spread between runs is unknown" : "the interval holds the median with this probability" }));
+        if (r.noisy) out.push(el("span", { class: "noisy", title: "spread within a run above the noise threshold",
+          text: "noisy" }));
         return out;
       } },
     { key: "tokens_per_s", label: "Tokens/s", num: true, title: "text tokens per second, or images for an image model",
@@ -77,10 +95,12 @@
     { key: "mfu", label: "MFU", num: true, title: "model FLOPs utilization (n/a on CPU)", cell: (r) => fmt(r.mfu, "pct") },
     { key: "peak_mem_gib", label: "Peak mem (GiB)", num: true, title: "largest peak of any device or worker",
       cell: (r) => fmt(r.peak_mem_gib, "gib") },
-    { key: "days", label: "Days", num: true, title: "days to train the full recipe", cell: (r) => fmt(r.days, "days") },
-    { key: "cloud_cost_usd", label: "Cloud cost", num: true, cell: (r) => fmt(r.cloud_cost_usd, "usd") },
+    { key: "days", label: "Days", num: true, title: "days to train the full recipe [at the interval's ends]",
+      cell: (r) => withInterval(r.days, r.days_lo, r.days_hi, "days") },
+    { key: "cloud_cost_usd", label: "Cloud cost", num: true,
+      cell: (r) => withInterval(r.cloud_cost_usd, r.cloud_cost_lo_usd, r.cloud_cost_hi_usd, "usd") },
     { key: "owned_cost_usd", label: "Owned cost", num: true, title: "hardware bought and amortized (see below)",
-      cell: (r) => fmt(r.owned_cost_usd, "usd") },
+      cell: (r) => withInterval(r.owned_cost_usd, r.owned_cost_lo_usd, r.owned_cost_hi_usd, "usd") },
   ];
 
   function compareValues(a, b) {
@@ -133,7 +153,7 @@
   }
 
   function rowElement(r) {
-    const tr = el("tr", { class: `row${r.best ? " best" : ""}${failed(r) ? " failed" : ""}`, tabindex: "0",
+    const tr = el("tr", { class: `row${r.best ? " best" : ""}${r.tied ? " tied" : ""}${failed(r) ? " failed" : ""}`, tabindex: "0",
       "data-id": r.trial_id, "aria-expanded": String(state.open.has(r.trial_id)) });
     for (const col of COLUMNS) {
       const content = col.cell(r);
@@ -206,7 +226,7 @@
     const p = rec.provenance || {};
     const box = el("div", { class: "detail" });
     if (r.message) box.append(el("p", { class: "message", text: `${r.outcome}: ${r.message}` }));
-    const spread = has(m.step_time_std_s) && m.step_time_s ? ` \u00b1 ${fmt(m.step_time_std_s, "s")} s` : "";
+    const runs = rec.runs || [];
     const versions = Object.entries(p.versions || {}).filter(([, v]) => has(v)).map(([k, v]) => `${k} ${v}`);
     const wall = has(rec.wall_s) ? `${rec.wall_s.toFixed(1)} s` : null;
     const measured = has(m.gas_measured) ? `, ${m.gas_measured} measured${m.extrapolated ? ", extrapolated" : ""}` : "";
@@ -219,10 +239,15 @@
         ["compile", r.compile ? "on" : "off"], ["result file", rec.file],
       ]),
       section("Measurement", failed(r) ? [["outcome", r.outcome], ["wall time", wall]] : [
-        ["step time", `${fmt(m.step_time_s, "s")} s${spread}`],
-        ["min / max", `${fmt(m.step_time_min_s, "s")} / ${fmt(m.step_time_max_s, "s")} s`],
-        ["timed steps", m.timed_steps],
-        ["noisy", m.noisy ? "yes" : "no"],
+        ["step time", r.runs > 1 ? `${fmt(m.step_time_s, "s")} s, the median of ${r.runs} runs` :
+          `${fmt(m.step_time_s, "s")} s, a single run`],
+        ["interval of the median", r.runs > 1 ? `${fmt(m.step_time_ci_lo_s, "s")} \u2013 ` +
+          `${fmt(m.step_time_ci_hi_s, "s")} s, holds the median with ${fmt(m.step_time_ci_level, "pct")}` :
+          "none: a single run has no interval"],
+        ["spread between runs", has(m.step_time_between_std_s) ? `\u00b1 ${fmt(m.step_time_between_std_s, "s")} s` : null],
+        ["spread within a run", has(m.step_time_within_std_s) ? `\u00b1 ${fmt(m.step_time_within_std_s, "s")} s` : null],
+        ["timed steps per run", m.timed_steps],
+        ["noisy", m.noisy ? "yes (within a run)" : "no"],
         ["accumulation", `${m.gas} micro-steps${measured}`],
         [`${units(r)} per step`, fmt(m.tokens_per_step, "int")], [`${units(r)}/s`, fmt(m.tokens_per_s, "int")],
         [`${units(r)}/s per device`, fmt(m.tokens_per_s_per_device, "int")],
@@ -230,12 +255,14 @@
         ["peak memory", `${fmt(m.peak_mem_gib, "gib")} GiB` +
           (has(m.peak_reserved_gib) ? ` allocated, ${fmt(m.peak_reserved_gib, "gib")} GiB reserved` : "")],
         ["parameters", fmt(m.n_params, "int")], ["model FLOPs/token", fmt(m.model_flops_per_token, "sci")],
-        ["wall time", wall],
+        [r.runs > 1 ? `wall time of ${r.runs} runs` : "wall time", wall],
       ]),
       section("Time to train and cost", failed(r) ? [["estimate", "none: this configuration did not run"]] : [
-        ["days", fmt(r.days, "days")], ["GPU-hours", fmt(r.gpu_hours, "int")],
-        ["cloud cost", fmt(r.cloud_cost_usd, "usd")], ["cloud price", r.cloud_price_source],
-        ["owned cost", fmt(r.owned_cost_usd, "usd")], ["owned hardware", fmt(r.owned_hardware_usd, "usd")],
+        ["days", figureText(r.days, r.days_lo, r.days_hi, "days")], ["GPU-hours", fmt(r.gpu_hours, "int")],
+        ["cloud cost", figureText(r.cloud_cost_usd, r.cloud_cost_lo_usd, r.cloud_cost_hi_usd, "usd")],
+        ["cloud price", r.cloud_price_source],
+        ["owned cost", figureText(r.owned_cost_usd, r.owned_cost_lo_usd, r.owned_cost_hi_usd, "usd")],
+        ["owned hardware", fmt(r.owned_hardware_usd, "usd")],
         ["FLOPs-only estimate", has(r.analytic_days) ?
           `${fmt(r.analytic_days, "days")} days at ${fmt(r.analytic_mfu, "pct")} MFU (predicted, not measured)` : null],
         ["original run", r.original_gpus ? `${r.original_gpus} GPUs \u00d7 ${r.original_days} days` : null],
@@ -247,11 +274,27 @@
         ["CPU", has(p.cpu) ? `${p.cpu}, ${p.cpu_count} cores` : null],
       ]),
     ));
+    if (runs.length) box.append(runTable(runs));
     box.append(block("Resolved trial configuration (JSON)", JSON.stringify(rec.trial, null, 2), false));
     for (const ex of r.exports || []) box.append(block(ex.label, ex.text, false));
     box.append(block("Stored record: metrics and provenance (JSON)",
       JSON.stringify({ metrics: rec.metrics, provenance: rec.provenance }, null, 2), false));
     return el("tr", { class: "detail" }, el("td", { colspan: String(COLUMNS.length) }, box));
+  }
+
+  // Every run of the trial, each in fresh processes: what the median and its interval come from.
+  function runTable(runs) {
+    const head = el("tr", {}, ...["run", "outcome", "step (s)", "within-run std (s)", "peak GiB", "wall (s)", "date"]
+      .map((h) => el("th", { scope: "col", text: h })));
+    const body = runs.map((run, i) => {
+      const m = run.metrics || {};
+      const p = run.provenance || {};
+      return el("tr", {}, ...[String(i + 1), run.outcome, fmt(m.step_time_s, "s"), fmt(m.step_time_std_s, "s"),
+        fmt(m.peak_mem_gib, "gib"), has(run.wall_s) ? run.wall_s.toFixed(1) : na, p.date || na]
+        .map((v) => el("td", { text: v })));
+    });
+    return el("div", { class: "runs" }, el("h3", { text: `Runs (${runs.length})` }),
+      el("table", { class: "run-table" }, el("thead", {}, head), el("tbody", {}, ...body)));
   }
 
   // ---- filters -----------------------------------------------------------------------------
@@ -275,7 +318,7 @@
       if (F.hardware.value && r.hardware !== F.hardware.value) return false;
       if (F.status.value === "ok" && failed(r)) return false;
       if (F.status.value === "failed" && !failed(r)) return false;
-      if (F.best.checked && !r.best) return false;
+      if (F.best.checked && !r.best && !r.tied) return false;
       const hay = [r.model, r.hardware, gpuLabel(r), r.config, r.outcome, r.message, r.recipe].join(" ").toLowerCase();
       return terms.every((t) => hay.includes(t));
     });
@@ -428,8 +471,13 @@
             points: pts.map((r) => `${xs(r.n_gpus)},${y(r.days)}`).join(" ") }));
         }
         for (const r of pts) {
+          if (has(r.days_lo) && has(r.days_hi) && r.days_lo !== r.days_hi) {
+            svg.append(sv("line", { class: "ci-bar", x1: xs(r.n_gpus), x2: xs(r.n_gpus), y1: y(r.days_lo),
+              y2: y(r.days_hi), stroke: color, "stroke-width": 1.5 }));
+          }
           svg.append(point(xs(r.n_gpus), y(r.days), 5, color,
-            `${r.hardware}: ${fmt(r.days, "days")} days, ${fmt(r.cloud_cost_usd, "usd")} cloud\n${r.config}`,
+            `${r.hardware}: ${figureText(r.days, r.days_lo, r.days_hi, "days")} days, ` +
+            `${runsText(r)}, ${fmt(r.cloud_cost_usd, "usd")} cloud${r.n_tied ? `; tied with ${r.n_tied}` : ""}\n${r.config}`,
             () => showRow(r.trial_id)));
         }
       }
@@ -474,7 +522,8 @@
           stroke: "#b88a00", "stroke-width": 2 }));
         svg.append(point(x(r.peak_mem_gib), y(r.tokens_per_s), 4.5, onFront.has(r) ? "#0b62a3" : "#9aa5b1",
           `${r.config}\n${fmt(r.tokens_per_s, "int")} ${units(r)}/s at ${fmt(r.peak_mem_gib, "gib")} GiB` +
-          `${onFront.has(r) ? " (on the front)" : ""}${r.best ? " \u2605 fastest" : ""}`, () => showRow(r.trial_id)));
+          `${onFront.has(r) ? " (on the front)" : ""}${r.best ? " \u2605 fastest" : ""}${r.tied ? " \u2606 tied with the fastest" : ""}`,
+          () => showRow(r.trial_id)));
       }
       panel(container, budgetLabel(rs[0]), `${rs[0].recipe}; ${rs.length} configuration${rs.length > 1 ? "s" : ""} ran`).append(svg);
     }, "configuration that ran");

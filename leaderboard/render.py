@@ -29,15 +29,18 @@ from analysis.estimates import ANALYTIC_MFU, add_estimates
 from analysis.export import export_winner
 from analysis.load import SHARDINGS, load_results
 from analysis.prices import PRICES_DIR, Prices, load_prices
-from analysis.tables import best_per_budget
+from analysis.tables import best_per_budget, tied_with_fastest
+from suite import store
 
 # The frame's columns the page shows or draws (analysis.load and analysis.estimates document them).
 COLUMNS = (
     "trial_id", "model", "recipe", "hardware", "device", "gpu_name", "n_gpus", "mem_budget_gib",
     "outcome", "message", "config", "engine", "sharding", "zero_stage", "offload", "recompute", "micro_batch", "gas",
-    "attention", "compile", "precision", "step_time_s", "step_time_std_s", "noisy", "tokens_per_s", "unit",
-    "mfu", "peak_mem_gib", "days", "gpu_hours", "cloud_cost_usd", "cloud_price_source",
-    "owned_cost_usd", "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
+    "attention", "compile", "precision", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
+    "step_time_ci_level", "runs", "step_time_between_std_s", "step_time_within_std_s", "noisy", "tokens_per_s",
+    "unit", "mfu", "peak_mem_gib", "days", "days_lo", "days_hi", "gpu_hours", "cloud_cost_usd", "cloud_cost_lo_usd",
+    "cloud_cost_hi_usd", "cloud_price_source", "owned_cost_usd", "owned_cost_lo_usd", "owned_cost_hi_usd",
+    "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
 )  # fmt: skip
 # What a JSON string may not carry unescaped inside a <script> element.
 JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -70,10 +73,12 @@ def script_json(obj: Any) -> str:
 
 
 def _record(path: str) -> dict[str, Any]:
-    """The stored record of a row, for its provenance and full metrics (the frame keeps neither whole)."""
+    """The stored record of a row, for its runs, provenance and full metrics (the frame keeps none whole)."""
     with open(path) as f:
         rec = json.load(f)
-    return {k: rec.get(k) for k in ("sweep", "trial", "metrics", "provenance", "wall_s")} | {"file": path}
+    if rec.get("schema") == store.SINGLE_RUN_SCHEMA:
+        rec = store.upgrade(rec)
+    return {k: rec.get(k) for k in ("sweep", "trial", "metrics", "provenance", "wall_s", "runs")} | {"file": path}
 
 
 def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
@@ -87,12 +92,18 @@ def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
 
 
 def payload(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -> dict[str, Any]:
-    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export."""
-    best = set(best_per_budget(df)["trial_id"])
+    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export.
+
+    `best`: the fastest of its budget (smallest median); `n_tied`: how many are tied with it;
+    `tied`: tied with the fastest of its budget (intervals overlap, analysis.tables)."""
+    winners = best_per_budget(df).set_index("trial_id")["n_tied"]
+    tied = tied_with_fastest(df)
     rows = []
-    for _, r in df.iterrows():
+    for i, r in df.iterrows():
         row = {k: _plain(r[k]) for k in COLUMNS}
-        row["best"] = r["trial_id"] in best
+        row["best"] = r["trial_id"] in winners.index
+        row["n_tied"] = int(winners.get(r["trial_id"], 0))
+        row["tied"] = bool(tied[i])
         row["record"] = _record(r["file"])
         row["exports"] = _exports(df, r["trial_id"]) if r["outcome"] == "ok" else []
         rows.append(row)

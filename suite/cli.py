@@ -10,6 +10,13 @@
 A single run with bad values exits 2 listing every problem. In a multirun a bad
 combination is recorded as `invalid` and the sweep goes on; a trial already in the store
 is served from it unless `measure.rerun=true` (a `crashed` one is always run again).
+
+`measure.repeats=N` runs the trial N times, each in fresh worker processes, into one
+record (suite/store.py); `measure.repeats=auto` runs until the interval of the median is
+narrow enough (suite/stats.py). Runs already stored count, so asking for more adds only the
+missing ones, and each run is claimed on its own: jobs sharing a store never run more than
+the most any of them asked for. A run that fails ends the trial's runs.
+
 With `hydra/launcher=slurm` each trial is a Slurm job (suite/slurm.py); `cluster.nodes=N`
 spreads one trial over N nodes (suite/cluster.py).
 """
@@ -25,7 +32,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from suite import cluster, launch, store, tracking
+from suite import cluster, launch, stats, store, tracking
 from suite.config import Trial, problems, register, unsupported
 from suite.progress import Progress
 
@@ -68,11 +75,19 @@ def summary_line(rec: dict, t: Trial) -> str:
     if rec["outcome"] != "ok":
         return f"{head} | {rec['message']} ({source})"
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a (cpu)"
-    spread = 100 * m["step_time_std_s"] / m["step_time_s"]
     unit = {"token": "tok", "image": "img"}[t.unit]
     kernels = f", kernels {m['kernel_path']}" if m.get("kernel_path") else ""
+    w = m["step_time_within_std_s"]
+    within = f", ±{100 * w / m['step_time_s']:.1f}% within a run" if w is not None else ""
+    if m["runs"] == 1:
+        step = f"step {m['step_time_s']:.3f} s (single run{within})"
+    else:
+        step = (
+            f"step {m['step_time_s']:.3f} s (median of {m['runs']} runs, {m['step_time_ci_level']:.1%} interval "
+            f"{m['step_time_ci_lo_s']:.3f}-{m['step_time_ci_hi_s']:.3f} s{within})"
+        )
     line = (
-        f"{head} | step {m['step_time_s']:.3f} s ±{spread:.1f}%{' NOISY' if m['noisy'] else ''}, "
+        f"{head} | {step}{' NOISY' if m['noisy'] else ''}, "
         f"{m['tokens_per_s']:,.0f} {unit}/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB{kernels} ({source})"
     )
     wrong = m.get("profile_mismatch")
@@ -85,13 +100,25 @@ def summary_line(rec: dict, t: Trial) -> str:
     return line
 
 
-def served(t: Trial, store_dir: str) -> dict | None:
-    """The stored record that stands for this trial, or None when it is to be measured."""
-    cached = store.load(store_dir, t.id)
-    if cached is not None and cached["outcome"] not in RETRIED and not t.measure.rerun:
-        cached["_source"] = "from store"
-        return cached
-    return None
+def wants_run(rec: dict | None, t: Trial) -> bool:
+    """Whether the trial, stored as `rec` (its crashed runs already dropped), needs another run."""
+    if rec is None:
+        return True
+    if rec["outcome"] != "ok":  # a failed run decided it
+        return False
+    n = rec["metrics"]["runs"]
+    if t.measure.repeats != "auto":
+        return n < t.measure.repeats
+    times = [r["metrics"]["step_time_s"] for r in store.ok_runs(rec)]
+    return n < t.measure.max_repeats and not stats.narrow_enough(times, t.measure.repeat_width)
+
+
+def stored(t: Trial, store_dir: str, fresh: bool) -> dict | None:
+    """The record that stands for this trial so far: none when it is to be measured afresh
+    (`measure.rerun`, before this process's first run), and without crashed runs (run again)."""
+    if fresh and t.measure.rerun:
+        return None
+    return store.without(store.load(store_dir, t.id), RETRIED)
 
 
 def node_here(t: Trial, in_sweep: bool) -> launch.Node:
@@ -106,13 +133,16 @@ def node_here(t: Trial, in_sweep: bool) -> launch.Node:
 
 
 def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb_cfg=None) -> dict:
-    """Run (or fetch) one trial and return its stored record; log a fresh one to W&B."""
+    """Run (or fetch) one trial's runs and return its stored record; log fresh runs to W&B.
+
+    The record says how it came: `_source` is "from store" when no run was measured now, and
+    `_fresh_runs` counts the runs measured now.
+    """
     node = node_here(t, in_sweep)
     found = problems(t)
     logs = str(Path(store_dir) / "logs")
     if node.rank > 0:  # a further node of a multi-node trial: node 0 decides and records
-        run = not found and served(t, store_dir) is None and unsupported(t) is None
-        return cluster.follow(t, node, sweep, run, logs)
+        return follow_runs(t, node, store_dir, sweep, not found, logs)
     if found:
         if not in_sweep:
             print(f"Invalid trial ({len(found)} problem{'s' * (len(found) > 1)}):", file=sys.stderr)
@@ -122,20 +152,48 @@ def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb_cfg=None
         rec = store.record(t, sweep, "invalid", "; ".join(found), {}, 0.0)
         store.save(store_dir, rec)
         return rec
-    with store.claim(store_dir, t.id, t.measure.timeout_s):  # jobs sharing the store measure it once
-        cached = served(t, store_dir)
-        if cached is not None:
-            return cached
-        why = unsupported(t)
-        if why:
-            rec = store.record(t, sweep, "unsupported", why, {}, 0.0)
-        else:
+    fresh = 0
+    while True:
+        # One run per claim: a job waiting for this trial waits for one run, not all of them,
+        # and reads the runs already stored before it decides to measure another.
+        with store.claim(store_dir, t.id, t.measure.timeout_s):
+            rec = stored(t, store_dir, fresh == 0)
+            if not wants_run(rec, t):
+                break
+            why = unsupported(t)
+            if why:
+                rec = store.record(t, sweep, "unsupported", why, {}, 0.0)
+                store.save(store_dir, rec)
+                break
             o = launch.run_trial(t, keep_logs=logs, node=node)
-            rec = store.record(t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
-        store.save(store_dir, rec)
-    if wandb_cfg is not None:
+            rec = store.with_run(rec, t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
+            store.save(store_dir, rec)
+            fresh += 1
+        if rec["outcome"] != "ok":  # a failed run ends the runs (a crashed one is run again next time)
+            break
+    rec["_fresh_runs"] = fresh
+    if fresh == 0:
+        rec["_source"] = "from store"
+    elif fresh < len(rec["runs"]):
+        now_s = sum(r["wall_s"] for r in rec["runs"][-fresh:])
+        rec["_source"] = f"{fresh} of {len(rec['runs'])} runs measured now, {now_s:.0f} s"
+    if fresh and wandb_cfg is not None:
         tracking.log_trial(rec, wandb_cfg.mode, wandb_cfg.project, wandb_cfg.dir)
     return rec
+
+
+def follow_runs(t: Trial, node: launch.Node, store_dir: str, sweep: str, valid: bool, logs: str) -> dict:
+    """A further node's part: join each run node 0 makes. It decides from the store as node 0
+    does, and after each run waits until node 0 has stored it before deciding again."""
+    last = None
+    rec = stored(t, store_dir, True)
+    while valid and unsupported(t) is None and wants_run(rec, t):
+        before = store.stamp(store_dir, t.id)
+        last = cluster.follow(t, node, sweep, True, logs)
+        if not store.wait_for_change(store_dir, t.id, before, store.CLAIM_SLACK_S):
+            break  # node 0 did not record the run: it decides, so this node stops
+        rec = store.load(store_dir, t.id)  # a failed run ends the runs here as on node 0
+    return last or cluster.follow(t, node, sweep, False, logs)
 
 
 def sweep_size(cfg_sweeper_params: dict, argv: list[str]) -> int | None:

@@ -18,6 +18,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from suite import stats
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "none")
 ENGINES = ("deepspeed", "fsdp2")
@@ -141,6 +143,15 @@ class MeasureConfig:
     seed: int = 0
     rerun: bool = False
     """Measure again even if the store holds this trial."""
+    repeats: Any = 1
+    """Runs of the trial, each in fresh worker processes: a number, or `auto`: runs until the
+    95% interval of the median is at most `repeat_width` of the median wide (so at least 6 runs,
+    the fewest that give 95%), at most `max_repeats`. Runs already stored count: asking for more
+    adds runs to the trial's record. How it is measured, not what: not part of the trial id."""
+    repeat_width: float = 0.05
+    """With repeats=auto: the widest interval of the median accepted, as a fraction of the median."""
+    max_repeats: int = 10
+    """With repeats=auto: the most runs of one trial (MLPerf Training scores 3 to 10 runs)."""
 
 
 @dataclass
@@ -212,9 +223,17 @@ class SearchConfig:
     compiles: list[bool] = field(default_factory=list)
     """Empty: keep methods.compile."""
     margin: float = 0.03
-    """Stop when no remaining candidate is predicted to beat the best by this fraction."""
+    """Stop when no remaining candidate is predicted to beat the high end of the best one's
+    interval of the median by this fraction."""
     budget_s: float = 0.0
     """Stop after this many seconds of trials (0: no limit)."""
+    min_runs: int = 3
+    """Runs a contender gets before intervals are compared: the best one before the stop rule
+    uses its interval, and every configuration that may tie it (3 runs: [min, max] covers the
+    median with 75%)."""
+    max_runs: int = 6
+    """Contenders are re-measured until their intervals separate or each has this many runs
+    (6: [min, max] covers the median with 96.9%)."""
 
 
 @dataclass
@@ -297,8 +316,8 @@ class Trial:
     @property
     def id(self) -> str:
         d = self.to_dict()
-        d["measure"].pop("rerun")  # how to run it, not what is measured
-        d["measure"].pop("timeout_s")
+        for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats"):
+            d["measure"].pop(how)  # how to run it, not what is measured
         if d["nodes"] == 1:
             d.pop("nodes")  # one-node ids predate the field and stay as they were
         me = d["methods"]
@@ -345,6 +364,12 @@ class Trial:
     def gas(self) -> int:
         """Gradient accumulation steps that keep the recipe's global batch (0 for a micro-batch below 1)."""
         return self.per_device_batch // self.methods.micro_batch if self.methods.micro_batch > 0 else 0
+
+    @property
+    def max_runs(self) -> int:
+        """The most runs this trial's measurement may take (its repeats, or the cap of auto)."""
+        r = self.measure.repeats
+        return self.measure.max_repeats if r == "auto" else r
 
     @property
     def gas_measured(self) -> int:
@@ -447,9 +472,16 @@ def problems(t: Trial) -> list[str]:
                 f"{t.per_device_batch} (global {r.global_batch} / {t.devices} devices)"
             )
 
-    for k in ("warmup_steps", "timed_steps", "max_micro_steps", "timeout_s"):
+    for k in ("warmup_steps", "timed_steps", "max_micro_steps", "timeout_s", "repeat_width", "max_repeats"):
         _positive(p, f"measure.{k}", getattr(ms, k))
     _not_negative(p, "measure.seed", ms.seed)
+    if ms.repeats != "auto" and (isinstance(ms.repeats, bool) or not isinstance(ms.repeats, int) or ms.repeats < 1):
+        p.append(f"measure.repeats={ms.repeats!r} is not allowed; give a number of runs >= 1, or auto")
+    if ms.repeats == "auto" and ms.max_repeats < stats.runs_for_level():
+        p.append(
+            f"measure.max_repeats={ms.max_repeats} is too few for measure.repeats=auto: a "
+            f"{stats.LEVEL:.0%} interval of the median needs at least {stats.runs_for_level()} runs"
+        )
     _choice(p, "debug.fault", t.debug.fault, FAULTS)
     if t.debug.fault != "none" and not 0 <= t.debug.fault_rank < max(t.devices, 1):
         p.append(f"debug.fault_rank={t.debug.fault_rank} is not a rank of the trial's {t.devices} device(s)")

@@ -60,9 +60,6 @@ def summarize(
         estimates.append((gas - 1) * t_micro + boundary + opt)
     step = _spread(estimates)
     all_micro = [x for m in micro_s for x in m]
-    samples_per_step = t.model.recipe.global_batch
-    tokens_per_step = samples_per_step * t.tokens_per_sample
-    tokens_per_s = tokens_per_step / step["mean"]
     out: dict[str, Any] = {
         "step_time_s": step["mean"],
         "step_time_std_s": step["std"],
@@ -76,12 +73,24 @@ def summarize(
         "micro_time_s": statistics.fmean(all_micro) if all_micro else None,
         "boundary_time_s": statistics.fmean(boundary_s),
         "optimizer_time_s": statistics.fmean(optimizer_s),
-        "tokens_per_step": tokens_per_step,
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_device": tokens_per_s / t.devices,
-        "samples_per_s": samples_per_step / step["mean"],
+        "tokens_per_step": t.model.recipe.global_batch * t.tokens_per_sample,
         "model_flops_per_token": flops_per_sample / t.tokens_per_sample,
         "hardware_flops_per_token": hw_flops_per_sample / t.tokens_per_sample,
+    }
+    out.update(rates(t, step["mean"], out["model_flops_per_token"], out["hardware_flops_per_token"]))
+    return out
+
+
+def rates(
+    t: Trial, step_time_s: float, model_flops_per_token: float, hardware_flops_per_token: float
+) -> dict[str, Any]:
+    """Throughput and utilization at a step time: one run's mean, or the median of a trial's runs."""
+    samples_per_step = t.model.recipe.global_batch
+    tokens_per_s = samples_per_step * t.tokens_per_sample / step_time_s
+    out: dict[str, Any] = {
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / t.devices,
+        "samples_per_s": samples_per_step / step_time_s,
         "mfu": None,
         "hfu": None,
         # What ran, where it differs from what was asked (Trial.precision, Trial.attention).
@@ -91,8 +100,8 @@ def summarize(
     peak = peak_flops(t)
     if peak:
         denom = t.devices * peak
-        out["mfu"] = out["model_flops_per_token"] * tokens_per_s / denom
-        out["hfu"] = out["hardware_flops_per_token"] * tokens_per_s / denom
+        out["mfu"] = model_flops_per_token * tokens_per_s / denom
+        out["hfu"] = hardware_flops_per_token * tokens_per_s / denom
         if out["mfu"] > 1.0:
             raise ImplausibleTiming(
                 f"implied MFU {out['mfu']:.0%} exceeds 100% of {t.hardware.name}'s peak: the timing is wrong"

@@ -11,13 +11,20 @@
    batch: start at the estimator's guess, double up (or halve down) on real outcomes, then
    bisect; then time the next smaller micro-batch too, and keep going down while smaller
    is faster (the largest is not assumed to be fastest).
-4. Stop when no remaining combination can beat the best measured step time by
-   `search.margin` (predictions calibrated by the median measured/predicted ratio so far:
-   the minimum proved too eager to explore, since timing noise alone makes some ratio
-   low), or when `search.budget_s` of trial time is spent.
+4. Stop when no remaining combination can beat the best one: its prediction, calibrated by
+   the median measured/predicted ratio so far (the minimum proved too eager to explore,
+   since timing noise alone makes some ratio low), is not below the high end of the best
+   one's interval (the slowest its median may be) by `search.margin`. Before the rule rests
+   on that interval, the best one is measured `search.min_runs` times: a lucky single run
+   no longer ends the search early. Or stop when `search.budget_s` of trial time is spent.
+5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
+   (intervals overlap) until they separate or reach `search.max_runs` runs each, then name
+   the winner with its interval and the configurations statistically tied with it.
 
-Every trial goes through the results store, so an interrupted search started again with
-the same command re-uses what was measured and goes on from there.
+A trial is one record of one or more runs (suite/store.py); asking `run` for a trial with
+`measure.repeats=n` adds runs until it has n. Every run goes through the results store, so
+an interrupted search started again with the same command re-uses what was measured and
+goes on from there.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from suite import stats, store
 from suite.config import SearchConfig, Trial, problems, register, unsupported
 from suite.estimate import Estimator, SimpleEstimator
 
@@ -49,27 +57,60 @@ def with_methods(t: Trial, **changes: Any) -> Trial:
     return replace(t, methods=replace(t.methods, **changes))
 
 
+def with_measure(t: Trial, **changes: Any) -> Trial:
+    return replace(t, measure=replace(t.measure, **changes))
+
+
+def runs(rec: dict) -> int:
+    """Runs behind an `ok` record's figures."""
+    return rec["metrics"]["runs"]
+
+
 @dataclass
 class SearchReport:
-    best: dict | None = None
-    records: list[dict] = field(default_factory=list)
+    trials: dict[str, Trial] = field(default_factory=dict)
+    """The trials the search asked for, by id; `latest` holds each one's record as it stands now."""
+    latest: dict[str, dict] = field(default_factory=dict)
     launched: int = 0
-    trial_s: float = 0.0
+    """Runs measured by this search (a trial's repeats count one each)."""
     set_aside: list[str] = field(default_factory=list)
     stopped: str = "every candidate measured"
+    confirmed: str = "nothing to confirm"
     largest_fit: dict[str, int] = field(default_factory=dict)
     fastest_mb: dict[str, int] = field(default_factory=dict)
     grid_size: int = 0
 
-    def add(self, rec: dict) -> None:
-        self.records.append(rec)
-        self.trial_s += rec["wall_s"]
-        if not rec.get("_source"):
-            self.launched += 1
-        if rec["outcome"] == "ok" and (
-            self.best is None or rec["metrics"]["step_time_s"] < self.best["metrics"]["step_time_s"]
-        ):
-            self.best = rec
+    def add(self, t: Trial, rec: dict) -> None:
+        self.trials[rec["trial_id"]] = t
+        self.latest[rec["trial_id"]] = rec
+        self.launched += rec.get("_fresh_runs", 0)
+
+    @property
+    def records(self) -> list[dict]:
+        return list(self.latest.values())
+
+    @property
+    def trial_s(self) -> float:
+        """Wall time of every run behind the records used."""
+        return sum(r["wall_s"] for r in self.latest.values())
+
+    @property
+    def ok(self) -> list[dict]:
+        return [r for r in self.latest.values() if r["outcome"] == "ok"]
+
+    @property
+    def best(self) -> dict | None:
+        """The `ok` record with the smallest median step time."""
+        return min(self.ok, key=lambda r: r["metrics"]["step_time_s"], default=None)
+
+    def tied(self) -> list[dict]:
+        """The other `ok` records whose interval overlaps the best one's, fastest first."""
+        best = self.best
+        if best is None:
+            return []
+        iv = store.interval(best)
+        found = [r for r in self.ok if r is not best and store.interval(r).overlaps(iv)]
+        return sorted(found, key=lambda r: r["metrics"]["step_time_s"])
 
 
 def combo_name(t: Trial) -> str:
@@ -91,8 +132,9 @@ def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) 
 
     def fits(i: int) -> bool:
         if i not in results:
-            rec = run(with_methods(t, micro_batch=divs[i]))
-            report.add(rec)
+            ti = with_methods(t, micro_batch=divs[i])
+            rec = run(ti)
+            report.add(ti, rec)
             results[i] = rec
             if rec["outcome"] not in ("ok", "oom"):  # not a question of size: stop this combination
                 raise GaveUp(f"{combo_name(t)}: micro-batch {divs[i]} {rec['outcome']}: {rec['message']}")
@@ -174,32 +216,122 @@ def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = Non
         f"micro-batches from {divs}"
     )
 
-    ratios: list[float] = []
     for k, (pred, start, t) in enumerate(candidates):
-        if cfg.budget_s and report.trial_s >= cfg.budget_s:
+        if spent(report, cfg):
             report.stopped = f"trial-time budget of {cfg.budget_s:g} s spent"
             break
-        if report.best is not None and ratios:
-            best_s = report.best["metrics"]["step_time_s"]
-            optimistic = pred * statistics.median(ratios)
-            if optimistic >= best_s * (1 - cfg.margin):
-                report.stopped = (
-                    f"no remaining combination can beat {best_s:.3f} s by {cfg.margin:.0%} "
-                    f"(next: {combo_name(t)}, predicted {optimistic:.3f} s); "
-                    f"{len(candidates) - k} not measured"
-                )
-                break
+        why = beaten(report, pred, est, cfg, run, log)
+        if why:
+            report.stopped = f"{why} (next: {combo_name(t)}); {len(candidates) - k} not measured"
+            break
         log(f"search: [{k + 1}/{len(candidates)}] {combo_name(t)}, starting at micro-batch {start}")
         try:
-            measured = micro_batch_search(t, start, run, report)
+            micro_batch_search(t, start, run, report)
         except GaveUp as e:
             report.set_aside.append(str(e))
-            continue
-        for rec in measured:
-            if rec["outcome"] == "ok":
-                ratio = rec["metrics"]["step_time_s"] / est.estimate(Trial.from_dict(rec["trial"])).step_time
-                ratios.append(ratio)
+    confirm(report, cfg, run, log)
     return report
+
+
+def spent(report: SearchReport, cfg: SearchConfig) -> bool:
+    return bool(cfg.budget_s) and report.trial_s >= cfg.budget_s
+
+
+def more_runs(report: SearchReport, rec: dict, run: Run) -> dict:
+    """One more run of a measured trial, through the store like every run."""
+    t = with_measure(report.trials[rec["trial_id"]], repeats=runs(rec) + 1, rerun=False)
+    new = run(t)
+    report.add(t, new)
+    if new["outcome"] == "ok" and runs(new) <= runs(rec):
+        raise RuntimeError(f"run() returned {rec['trial_id']} without the run asked for")
+    return new
+
+
+def calibration(report: SearchReport, est: Estimator) -> float | None:
+    """Median of measured / predicted step time over the `ok` records so far."""
+    ratios = [r["metrics"]["step_time_s"] / est.estimate(report.trials[r["trial_id"]]).step_time for r in report.ok]
+    return statistics.median(ratios) if ratios else None
+
+
+def beaten(report: SearchReport, pred: float, est: Estimator, cfg: SearchConfig, run: Run, log) -> str | None:
+    """Why a candidate predicted at `pred` (and every later one) cannot beat the best, or None.
+
+    The best one's median may lie anywhere in its interval, so a candidate is worth measuring
+    while its calibrated prediction is below the interval's high end by `cfg.margin`. The rule
+    stops on an interval, not a single time: the best one gets `cfg.min_runs` runs first
+    (they may make another configuration the best, which is then measured again in turn).
+    """
+    while True:
+        best, ratio = report.best, calibration(report, est)
+        if best is None or ratio is None:
+            return None
+        hi = store.interval(best).hi
+        if pred * ratio < hi * (1 - cfg.margin):
+            return None
+        if runs(best) >= cfg.min_runs or spent(report, cfg):
+            return (
+                f"no remaining combination can beat {best['metrics']['step_time_s']:.3f} s/step "
+                f"(interval up to {hi:.3f} s, {runs(best)} runs) by {cfg.margin:.0%}: "
+                f"the next is predicted at {pred * ratio:.3f} s"
+            )
+        log(f"search: confirming the best so far before stopping on it ({runs(best) + 1} runs)")
+        more_runs(report, best, run)
+
+
+def may_tie(rec: dict, best: dict, cfg: SearchConfig) -> bool:
+    """Whether `rec` may be tied with `best`: their intervals overlap, once `rec` has the
+    `cfg.min_runs` runs an interval is judged on. Measured once, `rec` is given the relative
+    interval of the best one; with more runs but fewer than that, it is a contender whose
+    runs are completed first."""
+    iv = store.interval(best)
+    if runs(rec) >= cfg.min_runs:
+        return store.interval(rec).overlaps(iv)
+    if runs(rec) > 1:
+        return True
+    m, x = best["metrics"]["step_time_s"], rec["metrics"]["step_time_s"]
+    return stats.Interval(x * iv.lo / m, x * iv.hi / m, iv.level, 1).overlaps(iv)
+
+
+def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> None:
+    """Re-measure the best configuration and each one that may tie it, one run at a time,
+    until their intervals separate or each has `cfg.max_runs` runs (or the budget is spent)."""
+    while (best := report.best) is not None:
+        if spent(report, cfg):
+            report.confirmed = f"stopped by the trial-time budget of {cfg.budget_s:g} s: intervals may still overlap"
+            return
+        if runs(best) < cfg.min_runs:
+            more_runs(report, best, run)
+            continue
+        rivals = [r for r in report.ok if r is not best and may_tie(r, best, cfg)]
+        short = [r for r in rivals if runs(r) < cfg.min_runs]
+        if short:
+            more_runs(report, min(short, key=lambda r: r["metrics"]["step_time_s"]), run)
+            continue
+        open_ = [r for r in [best, *rivals] if runs(r) < cfg.max_runs]
+        if not rivals or not open_:
+            tied = report.tied()
+            report.confirmed = (
+                f"the best one separated from every other measured configuration ({runs(best)} runs)"
+                if not tied
+                else f"{len(tied)} configuration(s) still tied with the best one at {cfg.max_runs} runs each"
+            )
+            return
+        r = min(open_, key=runs)  # the fewest runs first, so both sides of an overlap grow
+        log(
+            f"search: re-measuring {combo_name(report.trials[r['trial_id']])} "
+            f"mb {report.trials[r['trial_id']].methods.micro_batch} ({runs(r) + 1} runs)"
+        )
+        more_runs(report, r, run)
+
+
+def describe_interval(rec: dict) -> str:
+    m = rec["metrics"]
+    if runs(rec) == 1:
+        return f"{m['step_time_s']:.3f} s/step (a single run: no interval)"
+    return (
+        f"{m['step_time_s']:.3f} s/step (median of {runs(rec)} runs; {m['step_time_ci_level']:.1%} interval "
+        f"{m['step_time_ci_lo_s']:.3f}-{m['step_time_ci_hi_s']:.3f} s)"
+    )
 
 
 def summary(base: Trial, report: SearchReport) -> str:
@@ -207,28 +339,80 @@ def summary(base: Trial, report: SearchReport) -> str:
 
     lines = [f"search for {base.model.name} on {base.hardware.name}: {report.stopped}"]
     lines.append(
-        f"  spent: {report.launched} trials launched, {len(report.records)} used, "
+        f"  spent: {report.launched} runs launched, {len(report.records)} configurations used, "
         f"{report.trial_s:.0f} s of trials (the full grid is {report.grid_size} configurations)"
     )
     for name, mb in report.largest_fit.items():
         fastest = report.fastest_mb[name]
         verdict = "largest is fastest" if fastest == mb else f"micro-batch {fastest} is faster"
-        lines.append(f"  {name}: largest micro-batch that fits {mb}; {verdict}")
+        later = next(
+            (r for i, r in report.latest.items() if combo_name(report.trials[i]) == name
+             and report.trials[i].methods.micro_batch == mb and r["outcome"] != "ok"),
+            None,
+        )  # fmt: skip
+        lines.append(
+            f"  {name}: largest micro-batch that fits {mb}; {verdict}"
+            + (f" (but a later run of it ended {later['outcome']}: {later['message']})" if later else "")
+        )
     for line in report.set_aside:
         lines.append(f"  set aside: {line}")
-    if report.best is None:
+    best = report.best
+    if best is None:
         lines.append("  no configuration fits this budget")
         return "\n".join(lines)
-    t, m = Trial.from_dict(report.best["trial"]), report.best["metrics"]
-    days = training_days(m["step_time_s"], t.model.recipe.train_steps)
+    t, m = report.trials[best["trial_id"]], best["metrics"]
+    steps = t.model.recipe.train_steps
+    days = training_days(m["step_time_s"], steps)
+    lo, hi = training_days(m["step_time_ci_lo_s"], steps), training_days(m["step_time_ci_hi_s"], steps)
     mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
     lines.append(
-        f"  best: {combo_name(t)} micro-batch {t.methods.micro_batch} x GAS {t.gas}: "
-        f"{m['step_time_s']:.3f} s/step, peak {m['peak_mem_gib']:.2f} GiB, MFU {mfu}, "
-        f"{days:.1f} days for {t.model.recipe.train_steps:,} steps"
+        f"  best: {combo_name(t)} micro-batch {t.methods.micro_batch} x GAS {t.gas}: {describe_interval(best)}, "
+        f"peak {m['peak_mem_gib']:.2f} GiB, MFU {mfu}, {days:.1f} days ({lo:.1f}-{hi:.1f}) for {steps:,} steps"
     )
-    lines.append(f"  result: {report.best['trial_id']}.json")
+    lines.append(f"  result: {best['trial_id']}.json")
+    lines.append(f"  confirmation: {report.confirmed}")
+    tied = report.tied()
+    if tied:
+        lines.append("  tied with the best (their intervals overlap: the runs cannot tell them apart):")
+    for r in tied:
+        rt = report.trials[r["trial_id"]]
+        lines.append(f"    {combo_name(rt)} micro-batch {rt.methods.micro_batch}: {describe_interval(r)}")
     return "\n".join(lines)
+
+
+def search_problems(cfg: SearchConfig) -> list[str]:
+    """Every problem with the search's own settings."""
+    p = []
+    if cfg.min_runs < 2:
+        p.append(f"search.min_runs={cfg.min_runs} must be >= 2: one run has no interval to compare")
+    if cfg.max_runs < cfg.min_runs:
+        p.append(f"search.max_runs={cfg.max_runs} must be >= search.min_runs={cfg.min_runs}")
+    if not 0 <= cfg.margin < 1:
+        p.append(f"search.margin={cfg.margin} must be a fraction in [0, 1)")
+    if cfg.budget_s < 0:
+        p.append(f"search.budget_s={cfg.budget_s} must be >= 0 (0: no limit)")
+    return p
+
+
+def log_of(base: Trial, report: SearchReport) -> dict:
+    """The search log written next to the results: what it spent, found and left tied."""
+    best = report.best
+    return {
+        "schema": "suite.search/2",
+        "base": base.to_dict(),
+        "stopped": report.stopped,
+        "confirmed": report.confirmed,
+        "launched": report.launched,
+        "trial_s": report.trial_s,
+        "grid_size": report.grid_size,
+        "set_aside": report.set_aside,
+        "largest_fit": report.largest_fit,
+        "fastest_mb": report.fastest_mb,
+        "best": best["trial_id"] if best else None,
+        "best_interval": dict(vars(store.interval(best)), median=best["metrics"]["step_time_s"]) if best else None,
+        "tied": [r["trial_id"] for r in report.tied()],
+        "trials": list(report.latest),
+    }
 
 
 def _main(cfg: DictConfig) -> None:
@@ -236,7 +420,8 @@ def _main(cfg: DictConfig) -> None:
     from suite.progress import Progress
 
     base = trial_from_cfg(cfg)
-    found = [p for p in problems(base) if "micro_batch" not in p]
+    search_cfg = SearchConfig(**cfg.search)
+    found = [p for p in problems(base) if "micro_batch" not in p] + search_problems(search_cfg)
     if found:
         print("Invalid search base:", *[f"  - {p}" for p in found], sep="\n", file=sys.stderr)
         sys.exit(2)
@@ -250,28 +435,10 @@ def _main(cfg: DictConfig) -> None:
         progress.end(rec, summary_line(rec, t))
         return rec
 
-    report = search(base, SearchConfig(**cfg.search), run)
-    text = summary(base, report)
-    print(text)
+    report = search(base, search_cfg, run)
+    print(summary(base, report))
     out = Path(cfg.store.dir) / f"search-{base.model.name}-{base.hardware.name}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "schema": "suite.search/1",
-                "base": base.to_dict(),
-                "stopped": report.stopped,
-                "launched": report.launched,
-                "trial_s": report.trial_s,
-                "grid_size": report.grid_size,
-                "set_aside": report.set_aside,
-                "largest_fit": report.largest_fit,
-                "fastest_mb": report.fastest_mb,
-                "best": report.best["trial_id"] if report.best else None,
-                "trials": [r["trial_id"] for r in report.records],
-            },
-            indent=1,
-        )
-    )
+    out.write_text(json.dumps(log_of(base, report), indent=1))
     print(f"  search log: {out}")
 
 

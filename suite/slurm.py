@@ -50,8 +50,8 @@ def resources(t: Trial, c: ClusterConfig) -> dict[str, Any]:
     # CPU ranks hold the model in host memory (hardware.mem_gib each when set); offload
     # moves up to a GPU's worth of state per rank to the host.
     held = t.hardware.mem_gib if not cuda or t.methods.offload != "none" else 0.0
-    # Its claim on the store may first wait out another job's run of the same trial.
-    time_s = 2 * t.measure.timeout_s + store.CLAIM_SLACK_S + JOB_START_S
+    # Each of its runs (measure.repeats) may first wait out another job's run of the same trial.
+    time_s = t.max_runs * (2 * t.measure.timeout_s + store.CLAIM_SLACK_S) + JOB_START_S
     return {
         "nodes": t.nodes,
         "tasks_per_node": 1,  # one launcher per node, which starts the node's ranks

@@ -21,7 +21,15 @@ from analysis import ReportError, cli, estimates, published
 from analysis.export import export_winner, write_export
 from analysis.load import load_results
 from analysis.prices import load_prices
-from analysis.tables import across_budgets, best_per_budget, did_not_fit, is_naive, speedups
+from analysis.tables import (
+    across_budgets,
+    best_per_budget,
+    did_not_fit,
+    is_naive,
+    micro_batch_answer,
+    micro_batches,
+    speedups,
+)
 from suite import methods, store
 from suite.config import Trial
 
@@ -168,7 +176,7 @@ def test_fixture_set_is_real_and_varied(raw):
     outcomes = {r["outcome"] for r in raw}
     assert {"ok", "oom", "invalid"} <= outcomes
     assert len({r["trial"]["hardware"]["name"] for r in raw}) >= 2
-    assert all(r["schema"] == store.SCHEMA and r["provenance"]["git_revision"] for r in raw)
+    assert all(r["schema"] == store.SINGLE_RUN_SCHEMA and r["provenance"]["git_revision"] for r in raw)
 
 
 def test_load_gives_one_checked_row_per_file(df, raw):
@@ -201,7 +209,7 @@ def test_malformed_and_foreign_files_are_skipped_by_name(tmp_path, raw):
     text = "\n".join(skipped)
     assert len(skipped) == 5, text
     assert f"skipped {tmp_path / 'broken.json'}: not readable JSON" in text
-    assert f"skipped {tmp_path / 'foreign.json'}: not a trial record of schema suite.trial/1" in text
+    assert f"skipped {tmp_path / 'foreign.json'}: not a trial record of schema suite.trial/2 or suite.trial/1" in text
     assert "no_step.json: an ok record without numeric metrics step_time_s" in text
     assert "bad_trial.json: its trial does not match suite.config.Trial" in text
     assert "the same trial as" in text
@@ -392,3 +400,136 @@ def test_bad_arguments_exit_2_with_a_message(argv, expected, capsys, tmp_path):
 def test_an_empty_folder_says_where_results_come_from(tmp_path, capsys):
     assert cli.main(["tables", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "run suite-bench first" in capsys.readouterr().err
+
+
+# --- repeated runs: intervals, ties, the micro-batch question -------------------------------
+
+# Step times of runs of pythia-14m on cpu-x2 by (ZeRO stage, micro-batch); None: out of memory.
+# Made from a real record's metrics with only the step times (and accumulation) set, so every
+# answer is known:
+RUNS = {
+    (0, 8): [None],  # the largest that fits is 4
+    (0, 4): [2.0, 2.1, 2.05],
+    (0, 2): [1.5, 1.6, 1.55],  # significantly faster than 4
+    (0, 1): [1.04, 1.1, 1.2],  # faster still; its interval touches the best one's: tied with it
+    (1, 4): [2.0, 2.1, 2.05],
+    (1, 2): [2.05, 2.2, 2.15],  # overlaps 4: tied
+    (2, 4): [3.0],
+    (2, 2): [2.9],  # single runs: no interval, cannot tell
+    (3, 4): [1.0, 1.05, 1.02],  # the best: median 1.02 in [1.00, 1.05]
+    (3, 2): [2.0, 2.1, 2.2],
+    (3, 1): [3.0, 3.1, 3.2],  # the largest is significantly faster
+}
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory, raw, prices):
+    d = tmp_path_factory.mktemp("repeated")
+    base = next(r for r in raw if r["trial_id"] == "1b82d5d66131578c")  # pythia-14m, cpu-x2, ran ok
+    t0 = Trial.from_dict(base["trial"])
+    for (z, mb), times in RUNS.items():
+        t = dataclasses.replace(t0, methods=dataclasses.replace(t0.methods, zero_stage=z, micro_batch=mb))
+        rec = None
+        for x in times:
+            if x is None:
+                rec = store.with_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 5.0)
+            else:
+                m = dict(base["metrics"], step_time_s=x, gas=t.gas, gas_measured=t.gas_measured)
+                rec = store.with_run(rec, t, "test", "ok", "", m, 10.0)
+        store.save(d, rec)
+    frame, skipped = load_results(d)
+    assert skipped == []
+    return d, estimates.add_estimates(frame, prices)
+
+
+def test_intervals_load_and_carry_through_to_days_and_cost(repeated):
+    _, df = repeated
+    row = df.set_index(["zero_stage", "micro_batch"]).loc[(3, 4)]
+    assert (row["step_time_s"], row["step_time_ci_lo_s"], row["step_time_ci_hi_s"]) == (1.02, 1.0, 1.05)
+    assert row["runs"] == 3 and row["step_time_ci_level"] == 0.75
+    assert row["days_lo"] == estimates.training_days(1.0, row["train_steps"])
+    assert row["days_hi"] == estimates.training_days(1.05, row["train_steps"])
+    assert row["gpu_hours_hi"] == estimates.gpu_hours(row["days_hi"], 2)
+    single = df.set_index(["zero_stage", "micro_batch"]).loc[(2, 4)]
+    assert single["runs"] == 1 and math.isnan(single["step_time_ci_level"]) and single["days_lo"] == single["days"]
+
+
+def test_best_per_budget_names_the_configurations_tied_with_it(repeated):
+    _, df = repeated
+    best = best_per_budget(df).iloc[0]
+    assert (best["zero_stage"], best["micro_batch"]) == (3, 4)
+    assert best["n_tied"] == 1 and best["tied_configs"] == "DDP mb 1x8 sdpa fp32"  # (0, 1): 1.04 <= 1.05
+
+
+def test_micro_batch_question_from_records(repeated):
+    _, df = repeated
+    mb = micro_batches(df).set_index("methods")
+    assert len(mb) == 4
+    a = mb.loc["DDP sdpa fp32"]
+    assert (a["largest_micro_batch"], a["largest_bound"], a["smaller_micro_batch"]) == (4, "oom at 8", 1)
+    assert a["verdict"] == "smaller significantly faster" and a["confidence"] == 0.5  # 75% + 75% - 1
+    assert a["speedup_pct"] == pytest.approx((2.05 / 1.1 - 1) * 100)
+    assert mb.loc["ZeRO-1 sdpa fp32", "verdict"] == "tied"
+    assert mb.loc["ZeRO-2 sdpa fp32", "verdict"] == "single runs: no interval"
+    d = mb.loc["ZeRO-3 sdpa fp32"]
+    assert (d["largest_micro_batch"], d["smaller_micro_batch"], d["verdict"]) == (4, 2, "largest significantly faster")
+    assert d["largest_bound"] == "no larger one tried"
+    assert micro_batch_answer(micro_batches(df)).startswith(
+        "A smaller micro-batch is significantly faster than the largest that ran in 1 of 3 cases with intervals "
+        "(1 tied, 1 where the largest is significantly faster); 1 of 4 cases have single runs"
+    )
+
+
+def test_tables_and_export_show_intervals_runs_and_ties(repeated, tmp_path, capsys):
+    d, df = repeated
+    assert cli.main(["tables", str(d), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    best = out.split("### Best configuration")[1].split("###")[0]
+    assert "| ZeRO-3 mb 4x2 sdpa fp32 |" in best and "1.020 [1.000, 1.050]" in best and "75.0%" in best
+    assert "DDP mb 1x8 sdpa fp32" in best  # tied with it
+    assert "Is the largest micro-batch that fits the fastest?" in out and "1 of 3 cases with intervals" in out
+    csv = pd.read_csv(tmp_path / "best.csv")
+    assert csv.loc[0, "step_time_ci_lo_s"] == 1.0 and csv.loc[0, "days_hi"] == df["days_hi"].min()
+    assert (tmp_path / "micro_batch.csv").exists()
+    assert cli.main(["export", str(d), "model=pythia-14m", "hardware=cpu-x2", "--out", str(tmp_path / "x")]) == 0
+    script = (tmp_path / "x" / "launch.sh").read_text()
+    assert "median of 3 runs; 75.0% interval 1.000-1.050 s" in script
+    assert "tied with 1 (intervals overlap): DDP mb 1x8 sdpa fp32" in script
+
+
+def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_path):
+    d, df = repeated
+    t = Trial.from_dict(df.iloc[0]["trial"])
+    rec = store.with_run(None, t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
+    rec = store.with_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
+    store.save(tmp_path, rec)
+    frame, _ = load_results(tmp_path)
+    assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])
+    assert frame.loc[0, "message"].startswith("fits only sometimes")
+
+
+REPEATS = Path(__file__).parent / "fixtures" / "repeats"
+
+
+def test_real_repeated_records_load_with_their_runs(prices):
+    """tests/fixtures/repeats: real trials of 3 runs (tiny-neox), and real trials whose later run failed."""
+    raw = {p.stem: json.loads(p.read_text()) for p in sorted(REPEATS.glob("*.json"))}
+    df, skipped = load_results(REPEATS)
+    assert skipped == [] and len(df) == len(raw)
+    for r in df.itertuples():
+        runs = raw[r.trial_id]["runs"]
+        times = sorted(x["metrics"]["step_time_s"] for x in runs if x["outcome"] == "ok")
+        if r.outcome == "ok":
+            assert r.runs == len(runs) == 3 and r.step_time_s == times[1]  # the median of 3
+            assert (r.step_time_ci_lo_s, r.step_time_ci_hi_s, r.step_time_ci_level) == (times[0], times[2], 0.75)
+        else:  # it ran ok before a run failed: listed with what did not fit or run, not as a fit
+            assert 0 < len(times) < len(runs) and f"after {len(times)} ok run(s)" in r.message
+            assert math.isnan(r.step_time_s)
+    assert {"oom", "timeout"} <= set(df["outcome"]) and (df["outcome"] == "ok").sum() == 4
+    est = estimates.add_estimates(df, prices)
+    for case in micro_batches(est).itertuples():  # the verdict, from the intervals by hand
+        a = (case.largest_step_time_ci_lo_s, case.largest_step_time_ci_hi_s)
+        b = (case.smaller_step_time_ci_lo_s, case.smaller_step_time_ci_hi_s)
+        overlap = a[0] <= b[1] and b[0] <= a[1]
+        faster = "smaller" if case.smaller_step_time_s < case.largest_step_time_s else "largest"
+        assert case.verdict == ("tied" if overlap else f"{faster} significantly faster")

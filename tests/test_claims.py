@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from conftest import TINY, make_trial
@@ -27,6 +28,40 @@ with store.claim(sys.argv[1], "t1", 0):
     print("held", flush=True)
     time.sleep(120)
 """
+
+
+# A job asking for a trial with N repeats, its launcher replaced by a stand-in run of 0.3 s:
+# what is tested is how jobs share the store's runs, not the runs.
+REPEATS_JOB = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from conftest import TINY, make_trial
+from suite import cli, launch
+
+def stand_in(t, keep_logs=None, node=None):
+    time.sleep(0.3)
+    m = {"step_time_s": 1.0 + time.time() % 0.1, "step_time_std_s": 0.01, "peak_mem_gib": 0.1, "noisy": False,
+         "tokens_per_step": 512, "model_flops_per_token": 1e6, "hardware_flops_per_token": 1e6}
+    return launch.Outcome("ok", "", m, 0.3)
+
+launch.run_trial = stand_in
+t = make_trial(TINY + ["measure.repeats=" + sys.argv[2]])
+print(cli.run_one(t, sys.argv[1], "test", in_sweep=True)["_fresh_runs"])
+"""
+
+
+def test_jobs_sharing_a_store_never_run_more_repeats_than_asked(tmp_path):
+    here = str(Path(__file__).parent)
+    asked = ["3", "5", "3", "5"]
+    jobs = [
+        subprocess.Popen([sys.executable, "-c", REPEATS_JOB, str(tmp_path), n, here], stdout=subprocess.PIPE, text=True)
+        for n in asked
+    ]
+    fresh = [int(j.communicate(timeout=120)[0].strip()) for j in jobs]
+    assert all(j.returncode == 0 for j in jobs)
+    rec = store.load(tmp_path, make_trial(TINY).id)
+    assert sum(fresh) == len(rec["runs"]) == rec["metrics"]["runs"] == 5  # the most asked for, each run once
+    assert [f.name for f in tmp_path.glob("*.json")] == [f"{rec['trial_id']}.json"]
 
 
 def _write_many(d: str, writer: int) -> None:

@@ -1,10 +1,12 @@
 """The leaderboard page: built from real trial results, checked in a real headless browser.
 
 The results are the real CPU trial files of tests/fixtures/results (made by suite-bench:
-runs, out-of-memory and invalid outcomes on cpu-x1, cpu-x2 and cpu-x2-1gb). The
-GPU-shaped budgets and the hostile model name are copies of those real records with only
-their identity changed (hardware profile and count, model name, trial id): their
-measurements are the CPU ones, which is all the page needs to be tested.
+runs, out-of-memory and invalid outcomes on cpu-x1, cpu-x2 and cpu-x2-1gb, one run each)
+and tests/fixtures/repeats (trials of 3 runs each, and trials whose later run failed). The
+GPU-shaped budgets, the hostile model name and the twin of the fastest repeated trial are
+copies of those real records with only their identity changed (hardware profile and count,
+model name, attention, trial id): their measurements are the CPU ones, which is all the page
+needs to be tested. The twin has the fastest trial's very runs, so the two are tied.
 
 The browser is Debian's `chromium` driven by Selenium through `chromium-driver`; without
 them the browser tests skip. A screenshot is saved to tests/artifacts/leaderboard.png.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,12 +30,13 @@ from analysis.cli import main as report_main
 from analysis.estimates import add_estimates
 from analysis.load import load_results
 from analysis.prices import gpu_profile, load_prices
-from analysis.tables import best_per_budget
+from analysis.tables import best_per_budget, tied_with_fastest
 from leaderboard.callback import WriteLeaderboard
 from leaderboard.render import script_json, write_leaderboard
 from suite.config import Trial
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
+REPEATS = Path(__file__).parent / "fixtures" / "repeats"
 HOSTILE = '<script>window.__pwned=1;alert(1)</script><img src=x onerror="window.__pwned=2">'
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -60,10 +64,24 @@ def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
     return rec
 
 
+def twin(rec: dict) -> dict:
+    """A copy of a real record under another configuration's name (eager attention): tied with it."""
+    rec = copy.deepcopy(rec)
+    rec["trial"]["methods"]["attention"] = "eager"
+    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    return rec
+
+
+def fastest_repeated() -> dict:
+    recs = [json.loads(p.read_text()) for p in sorted(REPEATS.glob("*.json"))]
+    ok = [r for r in recs if r["outcome"] == "ok" and r["trial"]["model"]["name"] == "tiny-neox"]
+    return min(ok, key=lambda r: r["metrics"]["step_time_s"])
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("results")
-    real = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
+    real = [json.loads(p.read_text()) for p in [*sorted(FIXTURES.glob("*.json")), *sorted(REPEATS.glob("*.json"))]]
     for rec in real:
         (d / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
     copies = [
@@ -73,6 +91,7 @@ def results(tmp_path_factory) -> Path:
         if (rec["trial"]["model"]["name"], rec["trial"]["hardware"]["name"]) == source
     ]
     copies.append(relabel(next(r for r in real if r["outcome"] == "ok"), HOSTILE, "a6000", 2))
+    copies.append(twin(fastest_repeated()))
     for rec in copies:
         (d / f"{rec['trial_id']}.json").write_text(json.dumps(rec))
     (d / "torn.json").write_text('{"schema": "suite.trial/1", ')
@@ -174,7 +193,8 @@ def cells(driver, column: str, body: str = "#rows-ok") -> list[str]:
 
 
 def number(text: str) -> float:
-    return float(text.replace(",", "").replace("$", "").replace("noisy", ""))
+    """The figure a cell shows first (before its interval, runs or flags)."""
+    return float(re.match(r"[\d,.$]+", text).group().replace(",", "").replace("$", ""))
 
 
 def test_page_loads_from_file_with_every_result(board, frame):
@@ -193,6 +213,39 @@ def test_page_loads_from_file_with_every_result(board, frame):
         "return [...document.querySelectorAll('#rows-ok tr.row.best')].map(tr => tr.dataset.id)"
     )
     assert sorted(best) == sorted(best_per_budget(frame)["trial_id"])
+
+
+def test_intervals_runs_and_ties_are_shown(board, frame):
+    from selenium.webdriver.common.by import By
+
+    fast = fastest_repeated()
+    rows = {tr.get_attribute("data-id"): tr for tr in board.find_elements(By.CSS_SELECTOR, "#rows-ok tr.row")}
+    marks = {i: rows[i].find_element(By.CSS_SELECTOR, "td.star") for i in (fast["trial_id"], twin(fast)["trial_id"])}
+    assert sorted(m.text for m in marks.values()) == ["\u2605 tied", "\u2606 tied"]  # the fastest says it is tied
+    best = next(i for i, m in marks.items() if m.text == "\u2605 tied")
+    n = best_per_budget(frame).set_index("trial_id").loc[best, "n_tied"]  # the twin, and any real tie
+    assert n >= 1 and set(cells(board, "best")) >= {"\u2605", "\u2605 tied", "\u2606 tied", ""}
+    title = marks[best].find_element(By.TAG_NAME, "span").get_attribute("title")
+    assert f"tied with {n} other configuration" in title
+    m = fast["metrics"]
+    step = rows[fast["trial_id"]].find_element(By.CSS_SELECTOR, "td:nth-child(7)").text
+    assert step.startswith(f"{m['step_time_s']:.3f}") and "3 runs, 75.0% interval" in step
+    assert f"[{m['step_time_ci_lo_s']:.3f}, {m['step_time_ci_hi_s']:.3f}]" in step
+    row = frame.set_index("trial_id").loc[fast["trial_id"]]
+    days = rows[fast["trial_id"]].find_element(By.CSS_SELECTOR, "td:nth-child(11)").text
+    assert days.startswith(f"{row['days']:.2f}") and f"[{row['days_lo']:.2f}, {row['days_hi']:.2f}]" in days
+    single = frame[(frame.runs == 1) & (frame.outcome == "ok")].iloc[0]
+    assert "single run" in rows[single["trial_id"]].text
+    # A configuration that fitted on some runs and not on another is listed with those that did not fit.
+    flaky = frame[frame.message.str.startswith("fits only sometimes")]
+    failed = board.execute_script(
+        "return [...document.querySelectorAll('#rows-failed tr.row')].map(tr => tr.dataset.id)"
+    )
+    assert len(flaky) and set(flaky["trial_id"]) <= set(failed)
+    rows[fast["trial_id"]].click()  # its details list every run
+    detail = board.find_element(By.CSS_SELECTOR, "tr.detail")
+    assert "Runs (3)" in detail.text and len(detail.find_elements(By.CSS_SELECTOR, ".run-table tbody tr")) == 3
+    assert "holds the median with 75.0%" in detail.text and "spread between runs" in detail.text
 
 
 def test_sorting_by_days_orders_the_rows(board):
@@ -218,8 +271,9 @@ def test_filters_hide_the_other_rows(board, frame):
     hit = frame[frame.hardware.str.startswith("rtx-3090") & frame.config.str.contains("recompute")]
     assert sorted(cells(board, "config", body="#table")) == sorted(hit["config"]) and len(hit) > 0
     board.find_element(By.ID, "f-search").clear()
-    board.find_element(By.ID, "f-best").click()
-    assert len(cells(board, "model", body="#table")) == len(best_per_budget(frame))
+    board.find_element(By.ID, "f-best").click()  # the fastest of each budget, and those tied with it
+    tied = int(tied_with_fastest(frame).sum())
+    assert tied >= 1 and len(cells(board, "model", body="#table")) == len(best_per_budget(frame)) + tied
 
 
 def test_plots_render(board, frame):

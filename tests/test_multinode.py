@@ -63,7 +63,7 @@ def test_the_global_batch_is_split_over_every_node():
 def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
     one = run_one(make_trial(TINY), str(tmp_path / "one"), "test", in_sweep=True)
     assert one["outcome"] == "ok", one["message"]
-    procs = agents(tmp_path / "two")
+    procs = agents(tmp_path / "two", "measure.repeats=2")  # node 1 joins each of node 0's runs
     (rc0, out0), (rc1, out1) = finish(procs)
     assert rc0 == 0 and rc1 == 0, out0[-2000:] + out1[-2000:]
     assert "[   follower]" in out1 and "node 1: its ranks 1..1 finished" in out1
@@ -73,8 +73,10 @@ def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
     assert two["outcome"] == "ok" and two["trial"]["nodes"] == 2
     m = two["metrics"]
     assert len(m["memory_per_rank"]) == 2 and m["gas"] == one["metrics"]["gas"] == 2
-    # Same global batch, same data per global rank, same initial weights: the same training.
-    assert m["loss_per_step"] == pytest.approx(one["metrics"]["loss_per_step"], rel=1e-5)
+    # Same global batch, same data per global rank, same initial weights: the same training, in each run.
+    assert len(two["runs"]) == m["runs"] == 2
+    for run in two["runs"]:
+        assert run["metrics"]["loss_per_step"] == pytest.approx(one["metrics"]["loss_per_step"], rel=1e-5)
 
 
 def test_an_oom_on_node_1_is_recorded_by_node_0_as_oom_naming_that_rank(tmp_path):

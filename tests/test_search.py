@@ -16,30 +16,57 @@ import psutil
 import pytest
 from conftest import CPU_RECIPE, TINY, make_trial
 
-from suite import tracking
+from suite import store, tracking
 from suite.cli import sweep_size
 from suite.config import SearchConfig, Trial
 from suite.estimate import Estimate, SimpleEstimator
 from suite.progress import Progress
-from suite.search import SearchReport, divisors, micro_batch_search, search, with_methods
+from suite.search import (
+    SearchReport,
+    confirm,
+    divisors,
+    log_of,
+    micro_batch_search,
+    search,
+    search_problems,
+    summary,
+    with_methods,
+)
 
 
-def scripted(limit: int, step_s, calls: list):
-    """A stand-in machine: micro-batches up to `limit` fit; step_s(trial) gives the time."""
+def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
+    """A stand-in machine: micro-batches up to `limit` fit; the k-th run of trial t takes
+    step_s(t) + run_s(t, k) seconds per step (run_s None: that run is out of memory). It keeps
+    its records with the store's own functions, and a trial asked with measure.repeats=n gets
+    runs until it has n."""
+    kept: dict[str, dict] = {}
 
     def run(t: Trial) -> dict:
         calls.append(t.methods.micro_batch)
-        ok = t.methods.micro_batch <= limit
-        return {
-            "trial_id": t.id,
-            "trial": t.to_dict(),
-            "wall_s": 1.0,
-            "outcome": "ok" if ok else "oom",
-            "message": "",
-            "metrics": {"step_time_s": step_s(t)} if ok else {},
-        }
+        rec, fresh = kept.get(t.id), 0
+        while rec is None or (rec["outcome"] == "ok" and rec["metrics"]["runs"] < t.measure.repeats):
+            k = len(rec["runs"]) if rec else 0
+            extra = run_s(t, k)  # None: this run runs out of memory
+            ok = t.methods.micro_batch <= limit and extra is not None
+            metrics = figures(step_s(t) + extra) if ok else {}
+            rec = store.with_run(rec, t, "test", "ok" if ok else "oom", "", metrics, 1.0)
+            fresh += 1
+        kept[t.id] = rec
+        return {**rec, "_fresh_runs": fresh}
 
     return run
+
+
+def figures(step_time_s: float) -> dict:
+    """A run's metrics as the worker writes them, with only what the search and store read."""
+    return {
+        "step_time_s": step_time_s,
+        "step_time_std_s": 0.01 * step_time_s,
+        "model_flops_per_token": 1e6,
+        "hardware_flops_per_token": 1e6,
+        "peak_mem_gib": 0.1,
+        "noisy": False,
+    }
 
 
 def test_divisors_include_non_powers_of_two():
@@ -123,19 +150,99 @@ def test_a_crash_is_not_a_size_limit_the_combination_is_set_aside(tiny):
 
     def crashing(t: Trial) -> dict:
         calls.append(t.methods.micro_batch)
-        return {
-            "trial_id": t.id,
-            "trial": t.to_dict(),
-            "wall_s": 1.0,
-            "outcome": "crashed",
-            "message": "boom",
-            "metrics": {},
-        }
+        return store.record(t, "test", "crashed", "boom", {}, 1.0) | {"_fresh_runs": 1}
 
     cfg = SearchConfig(zero_stages=[0, 1], offloads=["none"], recomputes=["none"])
     report = search(tiny("hardware.mem_gib=1"), cfg, crashing, FixedEstimator(lambda t: 1.0), log=lambda *_: None)
     assert len(calls) == 2  # one trial per combination, not a walk down every micro-batch
     assert report.best is None and sum("crashed: boom" in s for s in report.set_aside) == 2
+
+
+# --- confirmation: intervals, not single times ----------------------------------------------
+
+ONE_MB = "model.recipe.global_batch=2"  # one sample per worker: one micro-batch per combination
+QUIET = dict(log=lambda *_: None)
+
+
+def by_stage(runs: dict[int, list[float | None]]):
+    """The k-th run of ZeRO stage z takes runs[z][k] s/step (the last one repeats)."""
+    return lambda t, k: runs[t.methods.zero_stage][min(k, len(runs[t.methods.zero_stage]) - 1)]
+
+
+def stage(rec: dict) -> int:
+    return rec["trial"]["methods"]["zero_stage"]
+
+
+def test_a_lucky_single_run_neither_ends_the_search_nor_wins_it(tiny):
+    # ZeRO-0's first run is lucky (0.90); its median is 1.00. ZeRO-1 is really faster (0.96).
+    # On its single time, ZeRO-0 would end the search before ZeRO-1 is tried (0.90 predicted
+    # for ZeRO-1 after calibration is not 3% below 0.90). Its interval, from 3 runs, reaches
+    # 1.06: ZeRO-1 may beat it, so it is measured, and wins.
+    runs = {0: [0.90, 1.00, 1.06, 1.00, 1.06, 0.99], 1: [0.96, 0.965, 0.96], 2: [2.0], 3: [2.0]}
+    calls: list[int] = []
+    run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
+    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03)
+    predicted = FixedEstimator(lambda t: 1.0 if t.methods.zero_stage < 2 else 2.0)
+    report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, run, predicted, **QUIET)
+    assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(0.96)
+    assert "no remaining combination can beat" in report.stopped
+    assert {stage(r) for r in report.records} == {0, 1}  # ZeRO-2/3 predicted twice as slow: not measured
+    # ZeRO-0's interval still holds its lucky run, so the two stay tied at the cap of runs.
+    zero0 = next(r for r in report.records if stage(r) == 0)
+    assert store.interval(zero0).lo == 0.90 and store.interval(zero0).overlaps(store.interval(report.best))
+    assert report.tied() == [zero0] and zero0["metrics"]["runs"] == report.best["metrics"]["runs"] == 6
+    assert "still tied" in report.confirmed
+    assert report.launched == 12 == len(calls) and report.trial_s == 12.0
+
+
+def test_confirmation_separates_close_rivals_and_leaves_far_ones_alone(tiny):
+    # ZeRO-0 and ZeRO-3 are the same speed; ZeRO-1's single run (1.02) is close to ZeRO-0's
+    # but its next runs are slower; ZeRO-2 (1.5) is far from everything.
+    runs = {
+        0: [1.00, 1.01, 0.99, 1.00, 1.01, 0.99],
+        1: [1.02, 1.05, 1.06],
+        2: [1.5],
+        3: [1.005, 0.995, 1.00, 1.01, 0.99, 1.00],
+    }
+    calls: list[int] = []
+    run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
+    report = SearchReport()
+    for z in range(4):
+        t = with_methods(tiny("hardware.mem_gib=1", ONE_MB), zero_stage=z, micro_batch=1)
+        report.add(t, run(t))
+    confirm(report, SearchConfig(min_runs=3, max_runs=6), run, **QUIET)
+    got = {stage(r): r["metrics"]["runs"] for r in report.records}
+    assert got == {0: 6, 1: 3, 2: 1, 3: 6}  # 1 separated at 3 runs; 2 never re-measured; 0 and 3 to the cap
+    assert stage(report.best) in (0, 3) and [stage(r) for r in report.tied()] == [3 - stage(report.best)]
+    zero1 = next(r for r in report.records if stage(r) == 1)
+    assert store.interval(zero1).lo > store.interval(report.best).hi  # separated: [1.02, 1.06] above [0.99, 1.01]
+    assert store.interval(report.best).level == pytest.approx(1 - 2 / 2**6)
+    text = summary(tiny(ONE_MB), report)
+    assert "median of 6 runs; 96.9% interval 0.990-1.010 s" in text
+    assert "tied with the best (their intervals overlap" in text and "zero1" not in text.split("tied with")[1]
+    log = log_of(tiny(ONE_MB), report)
+    assert log["tied"] == [r["trial_id"] for r in report.tied()] and log["best_interval"]["level"] > 0.95
+    assert log["best_interval"]["lo"] == 0.99 and log["best_interval"]["n"] == 6
+
+
+def test_a_configuration_that_fits_only_sometimes_drops_out(tiny):
+    runs = {0: [0.95, 1.0, None], 1: [1.00, 1.01, 0.99, 1.00, 1.01, 0.99]}  # ZeRO-0 runs out of memory on run 3
+    run = scripted(1, lambda t: 0.0, [], by_stage(runs))
+    report = SearchReport()
+    for z in (0, 1):
+        t = with_methods(tiny("hardware.mem_gib=1", ONE_MB), zero_stage=z, micro_batch=1)
+        report.add(t, run(t))
+    confirm(report, SearchConfig(min_runs=3, max_runs=6), run, **QUIET)
+    zero0 = next(r for r in report.records if stage(r) == 0)
+    assert zero0["outcome"] == "oom" and zero0["metrics"] == {} and len(zero0["runs"]) == 3
+    assert zero0["message"].startswith("fits only sometimes: run 3 ended oom after 2 ok run(s)")
+    assert stage(report.best) == 1 and report.tied() == []
+    assert "separated" in report.confirmed
+
+
+def test_search_settings_are_checked_together():
+    found = search_problems(SearchConfig(min_runs=1, max_runs=0, margin=1.5, budget_s=-1))
+    assert len(found) == 4 and "search.min_runs=1 must be >= 2" in found[0]
 
 
 def test_simple_estimator_orders_memory_as_zero_and_recompute_say(tiny):
@@ -229,6 +336,8 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
             "search.zero_stages=[0,1]",
             "search.offloads=[none,optimizer]",
             "search.recomputes=[none]",
+            "search.min_runs=2",  # a short confirmation: two runs of each contender
+            "search.max_runs=2",
         ]
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -237,9 +346,10 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
     grid = [r for r in recs.values() if r["sweep"] == "adhoc" and r["outcome"] == "ok"]
     winner = min(grid, key=lambda r: r["metrics"]["step_time_s"])
     found = recs[log["best"]]
+    assert found["metrics"]["runs"] == 2 and log["best_interval"]["n"] == 2  # confirmed before it is named
     same = found["trial"]["methods"] == winner["trial"]["methods"]
-    assert same or found["metrics"]["step_time_s"] <= 1.03 * winner["metrics"]["step_time_s"]
-    assert "best:" in out.stdout and "days for 143,000 steps" in out.stdout
+    assert same or store.interval(found).overlaps(store.interval(winner))  # or tied with the fastest
+    assert "best:" in out.stdout and "for 143,000 steps" in out.stdout and "confirmation:" in out.stdout
     # The micro-batch limit it reports is real: that one ran, and the next divisor did not fit.
     for name, mb in log["largest_fit"].items():
         ran = [

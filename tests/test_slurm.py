@@ -65,6 +65,8 @@ def test_each_job_asks_for_its_trials_gpus_cpus_memory_and_time():
     assert slurm.resources(offload, ClusterConfig())["mem_gb"] == 8 * (4 + 80)
     cpu = slurm.resources(make_trial(TINY + ["hardware.mem_gib=1.5"]), ClusterConfig())
     assert (cpu["gpus_per_node"], cpu["cpus_per_task"], cpu["mem_gb"]) == (None, 2, 11)
+    repeated = make_trial(["model=pythia-1b", "hardware=a100-80gb-x8", "measure.timeout_s=600", "measure.repeats=3"])
+    assert slurm.resources(repeated, ClusterConfig())["timeout_min"] == 68  # (3 x (2 x 600 + 60) + 300) / 60
     mine = ClusterConfig(cpus_per_node=32, mem_gb=500, time_min=90)
     assert [slurm.resources(t, mine)[k] for k in ("cpus_per_task", "mem_gb", "timeout_min")] == [32, 500, 90]
 

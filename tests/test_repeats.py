@@ -1,0 +1,208 @@
+"""Repeated measurement: the statistics against hand-computed values, a trial's record of its
+runs (summary, failures, single-run records of before), the settings, and a real repeated
+trial killed and resumed."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import TINY, make_trial
+
+from suite import stats, store
+from suite.cli import wants_run
+from suite.config import Trial, problems
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+# --- statistics, by hand --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n, j, by_hand",
+    [
+        (1, 1, 0.0),  # one run: [x, x] never holds the median
+        (2, 1, 1 - 2 / 4),  # 50%
+        (3, 1, 1 - 2 / 8),  # 75%
+        (5, 1, 1 - 2 / 32),  # 93.75%
+        (6, 1, 1 - 2 / 64),  # 96.875%: the fewest runs for 95%
+        (9, 2, 1 - 2 * (1 + 9) / 512),  # 96.09%
+        (10, 3, 1 - 2 * (1 + 10 + 45) / 1024),  # 89.06%
+        (20, 6, 1 - 2 * (1 + 20 + 190 + 1140 + 4845 + 15504) / 2**20),  # 95.86%
+    ],
+)
+def test_coverage_of_order_statistics_is_binomial(n, j, by_hand):
+    assert stats.coverage(n, j) == pytest.approx(by_hand, abs=1e-12)
+
+
+def test_interval_of_the_median_reports_the_level_it_reaches():
+    assert stats.median_interval([3.0]) == stats.Interval(3.0, 3.0, 0.0, 1)
+    assert stats.median_interval([2.0, 1.0]) == stats.Interval(1.0, 2.0, 0.5, 2)
+    assert stats.median_interval([1.3, 1.1, 1.2]) == stats.Interval(1.1, 1.3, 0.75, 3)
+    assert stats.median_interval([5, 1, 4, 2, 3]).level == 0.9375  # below 95%: said so, not claimed
+    nine = stats.median_interval([9, 1, 8, 2, 7, 3, 6, 4, 5])  # [min, max] would be 99.6%; [x2, x8] is 96.1%
+    assert (nine.lo, nine.hi) == (2, 8) and nine.level == pytest.approx(0.9609375)
+    twenty = stats.median_interval(list(range(1, 21)))  # the textbook [x(6), x(15)] for n = 20
+    assert (twenty.lo, twenty.hi) == (6, 15)
+    assert stats.runs_for_level(0.95) == 6 and stats.runs_for_level(0.5) == 2
+    with pytest.raises(ValueError):
+        stats.median_interval([])
+
+
+def test_spreads_ties_and_separation_by_hand():
+    assert stats.median([1.0, 3.0, 2.0, 10.0]) == 2.5
+    assert stats.between_std([1.0, 2.0, 3.0]) == 1.0 and stats.between_std([5.0]) is None
+    assert stats.pooled_std([3.0, 4.0]) == pytest.approx(math.sqrt(12.5))
+    a, b, c = stats.Interval(1, 2, 0.75, 3), stats.Interval(3, 4, 0.9375, 5), stats.Interval(2, 3, 0.75, 3)
+    assert not a.overlaps(b) and a.overlaps(c) and c.overlaps(b)  # touching ends overlap: tied
+    assert stats.separation(a, b) == pytest.approx(0.6875) and stats.separation(a, c) == 0.0
+    six = [1.00, 1.01, 1.02, 1.03, 1.04, 1.05]  # [min, max] at 96.9%, 0.05 wide around 1.025
+    assert stats.narrow_enough(six, 0.05) and not stats.narrow_enough(six, 0.04)
+    assert not stats.narrow_enough(six[:5], 1.0)  # five runs cannot reach 95%, however narrow
+
+
+# --- the record of a trial's runs -----------------------------------------------------------
+
+
+def fixture_record(outcome: str = "ok") -> dict:
+    return next(r for p in sorted(FIXTURES.glob("*.json")) if (r := json.loads(p.read_text()))["outcome"] == outcome)
+
+
+def runs_of(times: list[float]) -> tuple[dict, dict]:
+    """A record of runs of a real fixture trial at these step times (its real metrics otherwise)."""
+    old = fixture_record()
+    t = Trial.from_dict(old["trial"])
+    rec = None
+    for k, x in enumerate(times):
+        m = dict(old["metrics"], step_time_s=x, step_time_std_s=0.01 * (k + 1), peak_mem_gib=0.4 + 0.01 * k)
+        rec = store.with_run(rec, t, "test", "ok", "", m, 10.0 + k)
+    return rec, old
+
+
+def test_a_record_keeps_every_run_and_summarises_them_by_hand():
+    rec, old = runs_of([1.0, 1.2, 0.9, 1.1, 1.05])
+    m = rec["metrics"]
+    assert rec["schema"] == store.SCHEMA and rec["outcome"] == "ok" and len(rec["runs"]) == 5
+    assert [r["metrics"]["step_time_s"] for r in rec["runs"]] == [1.0, 1.2, 0.9, 1.1, 1.05]
+    assert all(r["provenance"]["date"] and r["wall_s"] for r in rec["runs"])
+    assert m["step_time_s"] == 1.05 and m["runs"] == 5
+    assert (m["step_time_ci_lo_s"], m["step_time_ci_hi_s"], m["step_time_ci_level"]) == (0.9, 1.2, 0.9375)
+    assert m["step_time_between_std_s"] == pytest.approx(math.sqrt(0.05 / 4))  # squares about 1.05 sum to 0.05
+    assert m["step_time_within_std_s"] == pytest.approx(math.sqrt((1 + 4 + 9 + 16 + 25) / 5) * 0.01)
+    assert "step_time_std_s" not in m  # within a run: only under its own name
+    assert m["peak_mem_gib"] == pytest.approx(0.44)  # memory: the largest of the runs
+    assert m["tokens_per_s"] == pytest.approx(old["metrics"]["tokens_per_step"] / 1.05)  # at the median
+    assert rec["wall_s"] == sum(10.0 + k for k in range(5))
+    assert store.interval(rec) == stats.Interval(0.9, 1.2, 0.9375, 5)
+
+
+def test_a_run_that_fails_gives_the_trial_its_outcome():
+    rec, _ = runs_of([1.0, 1.1])
+    t = Trial.from_dict(rec["trial"])
+    oom = store.with_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
+    assert oom["outcome"] == "oom" and oom["metrics"] == {} and len(oom["runs"]) == 3
+    assert oom["message"] == (
+        "fits only sometimes: run 3 ended oom after 2 ok run(s) (1.000, 1.100 s/step): rank 0: MemoryError"
+    )
+    assert not wants_run(oom, make_trial(TINY + ["measure.repeats=5"]))  # decided: not measured again
+    crashed = store.with_run(rec, t, "test", "crashed", "rank 1 killed by SIGKILL", {}, 3.0)
+    assert crashed["outcome"] == "crashed"
+    again = store.without(crashed, ("crashed",))  # a crashed run is run again; the good ones stay
+    assert again["outcome"] == "ok" and again["metrics"]["runs"] == 2 and again["runs"] == rec["runs"]
+    first = store.record(t, "test", "crashed", "boom", {}, 1.0)
+    assert store.without(first, ("crashed",)) is None
+
+
+def test_a_single_run_record_of_before_loads_as_a_single_run(tmp_path):
+    old = fixture_record()
+    (tmp_path / f"{old['trial_id']}.json").write_text(json.dumps(old))
+    rec = store.load(tmp_path, old["trial_id"])
+    assert rec["schema"] == store.SCHEMA and len(rec["runs"]) == 1 and rec["runs"][0]["metrics"] == old["metrics"]
+    m = rec["metrics"]
+    assert m["step_time_s"] == old["metrics"]["step_time_s"] and m["runs"] == 1
+    assert m["step_time_ci_lo_s"] == m["step_time_ci_hi_s"] == m["step_time_s"] and m["step_time_ci_level"] == 0.0
+    assert m["step_time_within_std_s"] == old["metrics"]["step_time_std_s"] and m["step_time_between_std_s"] is None
+    assert rec["provenance"] == old["provenance"] and rec["wall_s"] == old["wall_s"]
+    invalid = fixture_record("invalid")
+    up = store.upgrade(invalid)
+    assert up["runs"] == [] and up["outcome"] == "invalid" and up["message"] == invalid["message"]
+
+
+def test_how_many_runs_a_trial_wants():
+    rec, _ = runs_of([1.00, 1.01, 1.02])
+    assert wants_run(None, make_trial(TINY))
+    assert not wants_run(rec, make_trial(TINY + ["measure.repeats=3"]))
+    assert wants_run(rec, make_trial(TINY + ["measure.repeats=4"]))
+    assert wants_run(rec, make_trial(TINY + ["measure.repeats=auto"]))  # 3 runs cannot give 95%
+    six, _ = runs_of([1.00, 1.01, 1.02, 1.03, 1.04, 1.05])
+    assert not wants_run(six, make_trial(TINY + ["measure.repeats=auto", "measure.repeat_width=0.05"]))
+    assert wants_run(six, make_trial(TINY + ["measure.repeats=auto", "measure.repeat_width=0.04"]))
+    assert not wants_run(
+        six, make_trial(TINY + ["measure.repeats=auto", "measure.repeat_width=0.04", "measure.max_repeats=6"])
+    )
+
+
+def test_repeats_are_checked_and_are_not_part_of_the_trial_id():
+    base = make_trial(TINY)
+    for how in ("measure.repeats=5", "measure.repeats=auto", "measure.max_repeats=20", "measure.repeat_width=0.1"):
+        assert make_trial(TINY + [how]).id == base.id
+    found = problems(make_trial(TINY + ["measure.repeats=0", "measure.repeat_width=0", "measure.max_repeats=0"]))
+    assert "measure.repeats=0 is not allowed; give a number of runs >= 1, or auto" in found
+    assert "measure.repeat_width=0.0 must be > 0" in found and "measure.max_repeats=0 must be > 0" in found
+    found = problems(make_trial(TINY + ["measure.repeats=auto", "measure.max_repeats=5"]))
+    assert found == [
+        "measure.max_repeats=5 is too few for measure.repeats=auto: a 95% interval of the median needs at least 6 runs"
+    ]
+    assert "measure.repeats='often'" in problems(make_trial(TINY + ["measure.repeats=often"]))[0]
+
+
+# --- a real repeated trial, killed and resumed ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_repeated_trial_killed_mid_run_resumes_into_one_record_of_every_run(tmp_path):
+    how = ["measure.repeats=3", "measure.timeout_s=600"]  # a loaded machine may start workers slowly
+    t = make_trial(TINY + how)
+    path = store.path_for(tmp_path, t.id)
+    cmd = [sys.executable, "-m", "suite.cli", *TINY, *how, "wandb.mode=disabled", f"store.dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # inside run 2
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]  # its workers died too
+    first = json.loads(path.read_text())
+    assert len(first["runs"]) == 1 and first["metrics"]["runs"] == 1  # run 1 whole, run 2 left no trace
+
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 of 3 runs measured now" in out.stdout
+    rec = json.loads(path.read_text())
+    assert [f.name for f in tmp_path.glob("*.json")] == [path.name]  # one record per trial
+    assert rec["outcome"] == "ok" and len(rec["runs"]) == 3 and rec["metrics"]["runs"] == 3
+    assert rec["runs"][0] == first["runs"][0]  # the run before the kill, kept as it was
+    dates = [r["provenance"]["date"] for r in rec["runs"]]
+    assert dates == sorted(dates)
+    times = [r["metrics"]["step_time_s"] for r in rec["runs"]]
+    assert rec["metrics"]["step_time_s"] == sorted(times)[1]
+    assert (rec["metrics"]["step_time_ci_lo_s"], rec["metrics"]["step_time_ci_hi_s"]) == (min(times), max(times))
+    # Fresh processes each time: every run starts from the same weights and batches, so its losses are the
+    # first run's; a process that went on training would have moved on.
+    losses = [r["metrics"]["loss_per_step"] for r in rec["runs"]]
+    assert losses[0][0] != losses[0][-1]
+    assert all(x == pytest.approx(losses[0], rel=1e-5) for x in losses[1:])
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "from store" in again.stdout
+    assert json.loads(path.read_text()) == rec
+    assert not list(tmp_path.glob(".*.tmp"))
