@@ -425,7 +425,7 @@ RUNS = {
 @pytest.fixture(scope="module")
 def repeated(tmp_path_factory, raw, prices):
     d = tmp_path_factory.mktemp("repeated")
-    base = next(r for r in raw if r["trial_id"] == "1b82d5d66131578c")  # pythia-14m, cpu-x2, ran ok
+    base = next(r for r in raw if r["trial_id"] == "1b006e20d1190827")  # pythia-14m, cpu-x2, ran ok
     t0 = Trial.from_dict(base["trial"])
     for (z, mb), times in RUNS.items():
         t = dataclasses.replace(t0, methods=dataclasses.replace(t0.methods, zero_stage=z, micro_batch=mb))

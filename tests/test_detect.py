@@ -95,6 +95,8 @@ def test_the_summary_line_warns_of_a_profile_mismatch():
     m = {
         "step_time_s": 1.0,
         "step_time_std_s": 0.01,
+        "step_time_within_std_s": 0.01,
+        "runs": 1,
         "noisy": False,
         "tokens_per_s": 1000.0,
         "mfu": 0.4,

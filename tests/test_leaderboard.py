@@ -181,6 +181,15 @@ def board(browser, page):
     assert errors == [], errors
 
 
+def column_cell(driver, row, column: str) -> str:
+    """The text of one column's cell in a row, the column found by its header's key."""
+    index = driver.execute_script(
+        "return [...document.querySelectorAll('#head th')].findIndex(th => th.dataset.key === arguments[0]);", column
+    )
+    assert index >= 0, f"no column {column}"
+    return row.find_elements("css selector", "td")[index].text
+
+
 def cells(driver, column: str, body: str = "#rows-ok") -> list[str]:
     """The text of one column in the visible rows of `body` (#rows-ok: the ones that ran, #table: all)."""
     index = driver.execute_script(
@@ -228,11 +237,11 @@ def test_intervals_runs_and_ties_are_shown(board, frame):
     title = marks[best].find_element(By.TAG_NAME, "span").get_attribute("title")
     assert f"tied with {n} other configuration" in title
     m = fast["metrics"]
-    step = rows[fast["trial_id"]].find_element(By.CSS_SELECTOR, "td:nth-child(7)").text
+    step = column_cell(board, rows[fast["trial_id"]], "step_time_s")
     assert step.startswith(f"{m['step_time_s']:.3f}") and "3 runs, 75.0% interval" in step
     assert f"[{m['step_time_ci_lo_s']:.3f}, {m['step_time_ci_hi_s']:.3f}]" in step
     row = frame.set_index("trial_id").loc[fast["trial_id"]]
-    days = rows[fast["trial_id"]].find_element(By.CSS_SELECTOR, "td:nth-child(11)").text
+    days = column_cell(board, rows[fast["trial_id"]], "days")
     assert days.startswith(f"{row['days']:.2f}") and f"[{row['days_lo']:.2f}, {row['days_hi']:.2f}]" in days
     single = frame[(frame.runs == 1) & (frame.outcome == "ok")].iloc[0]
     assert "single run" in rows[single["trial_id"]].text
