@@ -91,7 +91,9 @@ def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
         t = Trial.from_dict(rec["trial"])
         m = rec.get("metrics") or {}
         host = (rec.get("provenance") or {}).get("hostname")
-        pred = predictors.setdefault(host, make(host))
+        if host not in predictors:
+            predictors[host] = make(host)
+        pred = predictors[host]
         row: dict[str, Any] = {
             "trial_id": rec["trial_id"],
             "file": rec["_file"],
@@ -213,9 +215,8 @@ def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[st
         result[kind] = s
         print(render(s, kind))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "accuracy.json").write_text(
-        json.dumps({"summary": result, "records": df.to_dict("records")}, indent=1, default=str)
-    )
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")  # NaN is not JSON
+    (out / "accuracy.json").write_text(json.dumps({"summary": result, "records": rows}, indent=1, default=str))
     df.to_csv(out / "accuracy.csv", index=False)
     if publish:
         ACCURACY_DIR.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,11 @@ def error_note(kind: str) -> dict[str, str]:
     return {"mem": mem, "time": time, "fit": fit, "source": source, "mem_short": mem_short, "time_short": time_short}
 
 
+def describe_error(err: dict[str, str]) -> str:
+    text = f"memory {err['mem']}, step time {err['time']}, fit/oom {err['fit']}"
+    return f"{text}; {err['source']}" if err["source"] else text
+
+
 def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[dict]:
     """Each trial predicted, with days and cost; `keys` maps datasheet GPU names to price keys."""
     out = []
@@ -202,7 +207,7 @@ def predict_main(overrides: list[str]) -> None:
             continue
         print(f"PREDICTED, not measured: {base.model.name} on {budget} ({base.hardware.mem_gib:g} GiB per device)")
         print(f"  {len(rs)} valid configurations; constants: {predictor.machine(base).source}")
-        print(f"  error so far: memory {err['mem']}, step time {err['time']}, fit/oom {err['fit']}; {err['source']}")
+        print(f"  error so far: {describe_error(err)}")
         print("\n".join("  " + line for line in table(rs, err)))
         written.append(_write_csv(csv, base, rs, err))
     if every:
@@ -212,7 +217,7 @@ def predict_main(overrides: list[str]) -> None:
         print(head + "\n" + "-" * len(head))
         for budget, best, _ in summary:
             print(f"{budget:<18} " + (f"{best['config']:<48} {_cells(best)}" if best else "does not fit"))
-        print(f"error so far: memory {err['mem']}, step time {err['time']}, fit/oom {err['fit']}; {err['source']}")
+        print(f"error so far: {describe_error(err)}")
     for path in written:
         print(f"wrote {path}")
 

@@ -6,6 +6,7 @@ GPU profiles against published well-tuned runs.
     python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
+    python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
 
 Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
@@ -66,8 +67,9 @@ PUBLISHED = {
 }
 
 
-def trials(tiny: bool, budget_gib: float):
-    """Every configuration of the grid for every model."""
+def trials(tiny: bool, budget_gib: float, memory_only: bool = False):
+    """Every configuration of the grid for every model (one timed step when only memory counts:
+    the peak is reached in the second step, once the optimizer's states exist)."""
     import itertools
 
     from analysis.predicted import compose
@@ -79,6 +81,8 @@ def trials(tiny: bool, budget_gib: float):
         base = trial_from_cfg(
             compose(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
         )
+        if memory_only:
+            base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
         grid = GRID if not tiny else {"zero_stage": (0, 3), "recompute": ("none",), "micro_batch": (1, 8)}
         for z, r, mb in itertools.product(*grid.values()):
             out.append((name, with_methods(base, zero_stage=z, recompute=r, micro_batch=mb)))
@@ -157,6 +161,7 @@ def main() -> None:
     ap.add_argument("--recalibrate", action="store_true", help="calibrate even if this machine has a calibration")
     ap.add_argument("--publish", action="store_true", help="write the summary to results/accuracy/cpu.json")
     ap.add_argument("--plausibility", action="store_true", help="only the GPU plausibility check")
+    ap.add_argument("--memory-only", action="store_true", help="one timed step per trial; score memory and fit/oom")
     ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
     args = ap.parse_args()
     from analysis.accuracy import render, score, summary
@@ -164,7 +169,7 @@ def main() -> None:
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:
-        ts = trials(args.tiny, args.budget_gib)
+        ts = trials(args.tiny, args.budget_gib, args.memory_only)
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
         print(f"calibration: {out['calibration']}", flush=True)
         recs = measure(ts, Path(args.store))
@@ -172,6 +177,12 @@ def main() -> None:
         df = score(scored)
         s = summary(df)
         s["source"] = f"benchmarks/prediction_accuracy.py ({args.note or 'no note'})"
+        if args.memory_only:  # one timed step: its times are not figures
+            for q in ("step_time_err_pct", "micro_err_pct", "boundary_err_pct", "optimizer_err_pct"):
+                s.pop(q, None)
+                for per in s["per_method"].values():
+                    per.pop(q, None)
+            s["spearman"], s["spearman_min"] = [], None
         print(render(s, "cpu"))
         out["summary"] = s
         out["records"] = df.drop(columns=["file"]).to_dict("records")

@@ -40,7 +40,7 @@ from suite.config import Trial
 from suite.estimate import Estimate
 from suite.predict import memory, timing
 from suite.predict.machine import GIB, Machine, machine_for
-from suite.predict.trace import traced
+from suite.predict.trace import model_flops, traced
 
 ACCURACY_DIR = Path(__file__).resolve().parents[2] / "results" / "accuracy"
 
@@ -116,13 +116,7 @@ class Predictor:
         tokens = t.model.recipe.global_batch * t.tokens_per_sample
         tokens_per_s = tokens / step if step and not math.isnan(step) else math.nan
         peak_f = peak_flops(t)
-        flops_per_token = (
-            tr.flops(me.micro_batch) / me.micro_batch / t.tokens_per_sample if me.recompute == "none" else None
-        )
-        if flops_per_token is None:
-            flops_per_token = traced(t.model, me.attention, "none", t.precision).flops(me.micro_batch) / (
-                me.micro_batch * t.tokens_per_sample
-            )
+        flops_per_token = model_flops(t.model, me.attention) / t.tokens_per_sample
         mfu = flops_per_token * tokens_per_s / (t.devices * peak_f) if peak_f and not math.isnan(tokens_per_s) else None
         terms = {
             "steady": [[x.name, x.bytes / GIB, x.source] for x in lay.steady],

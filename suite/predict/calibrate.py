@@ -8,7 +8,8 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
     matmul         FLOP/s of torch.mm on a grid of shapes (M, N, K), per dtype
     attention      FLOP/s of scaled_dot_product_attention, forward and backward, causal, by
                    (sequence, head dim)
-    memory         bytes/s of a large elementwise add (two reads, one write)
+    memory         bytes/s of a large elementwise add (two reads, one write); on a GPU also
+                   the copies between pinned host memory and the device (offload)
     op overhead    seconds per operator of a tiny module's forward and backward, over the
                    operators it dispatches: what an operator costs beyond its work
     collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
@@ -41,6 +42,8 @@ from suite.config import Trial
 from suite.predict.machine import Machine
 
 GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
+"""Matrix sides measured (M, N and K each); a 16-bit CPU grid stops at 1024 (no matrix unit:
+a 4096-cube takes minutes)."""
 ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32, 64])}
 COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
 
@@ -48,14 +51,13 @@ COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262
 def _timeit(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> float:
     """Seconds per call: the best of `reps` rounds of enough calls to last `min_s` (or of
     `calls` calls: a collective needs the same count on every rank)."""
-    fn()
-    sync()
-    best = math.inf
     t0 = time.perf_counter()
     fn()
     sync()
-    one = time.perf_counter() - t0
+    one = time.perf_counter() - t0  # the first call warms up; a long one is its own sample
+    best = math.inf if calls or one < min_s else one
     n = calls or max(1, int(min_s / max(one, 1e-9)))
+    reps = reps if best == math.inf else reps - 1
     for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(n):
@@ -65,7 +67,7 @@ def _timeit(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> flo
     return best
 
 
-def _bench(mode: str, device: str, dtypes: list[str], world: int) -> dict:
+def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
     """The microbenchmarks of one rank; collective figures need every rank running them."""
     import torch
     import torch.distributed as dist
@@ -74,6 +76,10 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int) -> dict:
 
     cuda = device == "cuda"
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:  # as the worker sets them: fp32 matmuls run on tensor cores where the profile says tf32
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def barrier():
@@ -83,9 +89,10 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int) -> dict:
     out: dict = {"matmul": {}, "attention": [], "collectives": {}, "adam": {}}
     for dtype in dtypes:
         rows = []
-        for m in GRID[mode]:
-            for n in GRID[mode]:
-                for k in GRID[mode]:
+        sides = GRID[mode] if cuda or dtype == "fp32" else [x for x in GRID[mode] if x <= 1024]
+        for m in sides:
+            for n in sides:
+                for k in sides:
                     a = torch.randn(m, k, device=dev, dtype=DTYPES[dtype])
                     b = torch.randn(k, n, device=dev, dtype=DTYPES[dtype])
                     barrier()
@@ -116,6 +123,12 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int) -> dict:
     barrier()
     out["memory_bps"] = 3 * 4 * size / _timeit(lambda: torch.add(x, y, out=z), sync)
     out["op_overhead_s"] = _op_overhead(dev, sync)
+    if cuda:  # offload's copies: pinned host memory to the device and back
+        host = torch.empty(size, pin_memory=True)
+        barrier()
+        down = _timeit(lambda: x.copy_(host, non_blocking=True), sync)
+        up = _timeit(lambda: host.copy_(x, non_blocking=True), sync)
+        out["host_bps"] = 4 * size / max(down, up)
     if world > 1:
         for kind in ("all_reduce", "all_gather", "reduce_scatter"):
             points = _collective(kind, mode, dev, world, sync)
@@ -220,7 +233,7 @@ def worker_main(spec_path: str, out_path: str) -> None:
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     if world > 1:
         dist.init_process_group("nccl" if spec["device"] == "cuda" else "gloo")
-    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world)
+    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world, spec.get("tf32", False))
     if world > 1:
         gathered = [None] * world
         dist.all_gather_object(gathered, res)
@@ -245,6 +258,7 @@ def _slowest(results: list[dict]) -> dict:
         for i, row in enumerate(first["attention"])
     ]
     out["memory_bps"] = min(r["memory_bps"] for r in results)
+    out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
     out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
     for kind, pts in first["collectives"].items():
         out["collectives"][kind] = [
@@ -277,7 +291,7 @@ def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="calibrate-") as d:
         spec, out = os.path.join(d, "spec.json"), os.path.join(d, "out.json")
         with open(spec, "w") as f:
-            json.dump({"mode": mode, "device": t.hardware.device, "dtypes": dtypes}, f)
+            json.dump({"mode": mode, "device": t.hardware.device, "dtypes": dtypes, "tf32": t.hardware.tf32}, f)
         port = free_port()
         procs = []
         for rank in range(t.hardware.count):
@@ -295,7 +309,7 @@ def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
             return json.load(f)
 
 
-def minimal_trial(t: Trial, zero_stage: int, mem_gib: float = 0.0) -> Trial:
+def minimal_trial(t: Trial, engine: dict, mem_gib: float = 0.0) -> Trial:
     """A trial of a model with almost no parameters on `t`'s hardware: what the worker's
     runtime holds, with nearly no tensors."""
     m = replace(
@@ -309,8 +323,8 @@ def minimal_trial(t: Trial, zero_stage: int, mem_gib: float = 0.0) -> Trial:
         vocab=16,
         recipe=replace(t.model.recipe, global_batch=t.devices, seq_len=8, precision="fp32"),
     )
-    methods = replace(t.methods, zero_stage=zero_stage, offload="none", recompute="none", micro_batch=1, compile=False)
-    methods = replace(methods, precision="recipe")
+    methods = replace(t.methods, offload="none", recompute="none", micro_batch=1, compile=False, precision="recipe")
+    methods = replace(methods, **engine)
     measure = replace(t.measure, warmup_steps=1, timed_steps=2, max_micro_steps=1, timeout_s=300)
     return replace(t, model=m, methods=methods, measure=measure, hardware=replace(t.hardware, mem_gib=mem_gib))
 
@@ -319,23 +333,26 @@ def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
     """(resident bytes of the runtime per engine, budget margin bytes), from real minimal trials."""
     from suite.launch import run_trial
 
-    stages = [0] if mode == "quick" else [0, 1, 2, 3]
+    engines = {f"zero{z}": {"zero_stage": z} for z in ([0] if mode == "quick" else [0, 1, 2, 3])}
+    if mode == "full" and hasattr(t.methods, "engine"):  # the schema has a second engine
+        engines["fsdp2"] = {"engine": "fsdp2", "zero_stage": 0}
     runtime: dict[str, float] = {}
-    for z in stages:
-        o = run_trial(minimal_trial(t, z))
+    for key, engine in engines.items():
+        o = run_trial(minimal_trial(t, engine))
         if o.outcome != "ok":
-            raise RuntimeError(f"the minimal ZeRO-{z} trial ended {o.outcome}: {o.message}")
-        runtime[f"zero{z}"] = o.metrics["peak_mem_gib"] * 2**30
-        log(f"calibrate: runtime memory under ZeRO-{z}: {runtime[f'zero{z}'] / 2**20:.1f} MiB")
+            raise RuntimeError(f"the minimal {key} trial ended {o.outcome}: {o.message}")
+        runtime[key] = o.metrics["peak_mem_gib"] * 2**30
+        log(f"calibrate: runtime memory under {key}: {runtime[key] / 2**20:.1f} MiB")
     if mode == "quick" or t.hardware.device != "cpu":
         return runtime, 0.0
     # The smallest budget the minimal ZeRO-0 trial fits in, to 4 MiB: bisection on real outcomes.
     lo, hi = runtime["zero0"], runtime["zero0"] + 256 * 2**20
-    if run_trial(minimal_trial(t, 0, hi / 2**30)).outcome != "ok":
+    zero0 = engines["zero0"]
+    if run_trial(minimal_trial(t, zero0, hi / 2**30)).outcome != "ok":
         raise RuntimeError("the minimal trial does not fit 256 MiB above its resident memory")
     while hi - lo > 4 * 2**20:
         mid = (lo + hi) / 2
-        if run_trial(minimal_trial(t, 0, mid / 2**30)).outcome == "ok":
+        if run_trial(minimal_trial(t, zero0, mid / 2**30)).outcome == "ok":
             hi = mid
         else:
             lo = mid
@@ -376,6 +393,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         op_overhead_s=res["op_overhead_s"],
         collectives=colls,
         adam_elements_per_s=res["adam"],
+        host_bps=res["host_bps"] if math.isfinite(res["host_bps"]) else 0.0,
         runtime_bytes=runtime,
         data_margin_bytes=margin,
         notes=notes,

@@ -205,7 +205,15 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
         if t.hardware.device == "cuda":
             sheet = datasheet(t)
             sheet.source = f"{sheet.source}; calibrated: {cal.source}"
-            for k in ("memory_bps", "op_overhead_s", "collectives", "adam_elements_per_s", "host_bps"):
+            for k in (
+                "matmul",
+                "attention",
+                "memory_bps",
+                "op_overhead_s",
+                "collectives",
+                "adam_elements_per_s",
+                "host_bps",
+            ):
                 if getattr(cal, k):
                     setattr(sheet, k, getattr(cal, k))
             return sheet

@@ -98,7 +98,6 @@ class Layout:
     """Gradients stay in p.grad between micro-steps (counted in `steady`); the first
     micro-step of a step then holds them as they are produced instead."""
     activations: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
     @staticmethod
     def total(terms: list[Term]) -> float:

@@ -107,15 +107,17 @@ def _peak(m: Machine, dtype: str) -> float:
 
 
 def _matmul_rate(m: Machine, dtype: str, dims: tuple[int, ...]) -> float:
-    if m.kind == "cuda":
+    """FLOP/s of a matrix multiply: measured by shape where calibrated, else the GPU's peak
+    at its matmul efficiency."""
+    table = m.matmul.get(dtype) or (m.matmul.get("fp32") if m.kind == "cpu" else None)
+    if not table:
         return _peak(m, dtype) * m.matmul_efficiency
     batch, rows, cols, inner = dims
-    table = m.matmul.get(dtype) or m.matmul["fp32"]
     return interpolate(table, (batch * rows, cols, inner))
 
 
 def _attention_rate(m: Machine, dtype: str, dims: tuple[int, ...], phase: str) -> float:
-    if m.kind == "cuda" or not m.attention:
+    if not m.attention:
         return _matmul_rate(m, dtype, (dims[0] * dims[1], dims[2], dims[3], dims[4]))
     column = 2 if phase == "forward" else 3
     return interpolate([[p[0], p[1], p[column]] for p in m.attention], (dims[2], dims[4]))
@@ -209,8 +211,9 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         micro_comm = (max(0.0, comm - compute) if cuda else comm) + overhead
     elif engine == "fsdp2":
         units = list(tr.block_numels) + [p - sum(tr.block_numels)]
+        # Gathered before each unit's forward, and again before its backward when resharded
+        # after forward (the recomputed forward runs inside the backward's gather).
         passes = 2 if getattr(me, "reshard_after_forward", True) else 1
-        passes += 1 if me.recompute != "none" and passes == 1 else 0
         gathers = coll("all_gather", [w * u for u in units]) * passes
         micro_comm = max(0.0, gathers - compute) if cuda else gathers
         scatter = coll("reduce_scatter", [4 * u for u in units])

@@ -3,13 +3,17 @@ FLOPs, bytes and shapes of every operator, as functions of the micro-batch.
 
 The model is the one the worker trains (`suite.models.build`, same attention, same
 recomputation through PyTorch's checkpoint per block, same dtype), run forward and backward on
-a batch of the recipe's shape (`suite.models.batch`) under `FakeTensorMode`: every operator
-runs its shape function only, so tracing Pythia-12B costs no memory and a few seconds. A
-`TorchDispatchMode` under it sees each aten operator as it would run for real, forward,
-backward and the recomputed forward alike, and follows each tensor storage from the operator
-that creates it to its release (a weak reference on the storage, as PyTorch's own
-`torch.distributed._tools.mem_tracker.MemTracker` does). No formula of any architecture is
-involved: a Llama with grouped-query attention, Mamba or ConvNeXt is traced as it runs.
+a batch of the recipe's shape (`suite.models.batch`) under `FakeTensorMode` (built on the meta
+device, then given fake CPU storage): every operator runs its shape function only, so tracing
+Pythia-12B costs no memory and seconds. A `TorchDispatchMode` under it sees each aten operator
+as it would run for real, forward, backward and the recomputed forward alike, and follows each
+tensor storage the step creates from its operator to its release (a weak reference on the
+storage, as PyTorch's own `torch.distributed._tools.mem_tracker.MemTracker` does); storages
+that exist before the step (parameters, buffers, the batch) are never counted, though views of
+them (a weight's transpose) pass through operators. No formula of any architecture is involved:
+a Llama with grouped-query attention, Mamba or ConvNeXt is traced as it runs. Against glibc's
+own count of a real CPU step (mallinfo2) the activation peak agrees within 0.5 MiB of 160
+(tests/test_predict.py).
 
 What the trace keeps, per micro-step of `b` samples:
 
@@ -20,6 +24,8 @@ What the trace keeps, per micro-step of `b` samples:
                   from its creation until the engine takes it (accumulates it into an existing
                   gradient, copies it into a bucket); the engine's own gradient buffers are
                   model states (`suite.predict.memory`)
+    activation_bytes_with_grads(b)  the same with every gradient produced so far kept: the first
+                  micro-step of a step, when gradients are born in p.grad and stay there
     flops(b), bytes(b)  per operator: FLOPs from torch.utils.flop_counter's formulas (the
                   formulas `suite.models.count_flops` counts with), bytes read and written as
                   torch.utils._runtime_estimation.get_num_bytes counts them (a broadcast
@@ -29,10 +35,10 @@ Every quantity is affine in the micro-batch (each operator's shapes grow with it
 shrinks), so the step is traced at b = 2 and b = 4 and each event and operator is carried as
 `a + b * c`; the two traces must run the same operators in the same order, which is checked.
 (At b = 1 a model may skip an expand or a copy of its labels: a few bytes, which the line
-through 2 and 4 counts anyway.) The peak of affine lines is their upper
-envelope, kept exactly (`Trace.activation_bytes`). Traces are cached on disk by model,
-attention, recomputation, dtype and library versions (`SUITE_CACHE_DIR`, default
-~/.cache/suite).
+through 2 and 4 counts anyway.) The peak of affine lines is their upper envelope, kept
+exactly; a direct trace at b = 1, 3 and 8 gives the same peaks and FLOPs (tests). Traces are
+cached on disk by model, attention, recomputation, dtype and library versions
+(`SUITE_CACHE_DIR`, default ~/.cache/suite).
 
 The worker's synthetic batches never pack sequences, so transformers' check for packed
 sequences, which reads tensor values and therefore assumes packing under fake tensors, is
@@ -58,7 +64,7 @@ from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
 
-FORMAT = 2
+FORMAT = 3
 """Version of the cached trace's layout; a change of it retraces."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
@@ -248,8 +254,6 @@ class Trace:
 
     key: str
     n_params: int
-    param_bytes: int
-    """Bytes of the parameters as built (in the trace's dtype; buffers not included)."""
     param_numels: tuple[int, ...]
     """Every parameter's element count, in module order."""
     block_numels: tuple[int, ...]
@@ -257,14 +261,11 @@ class Trace:
     module_params: tuple[tuple[int, ...], ...]
     """The element counts of the parameters each module owns itself, for every module that owns
     any, in module order: the unit ZeRO-3 gathers."""
-    buffer_bytes: int
     envelope: tuple[tuple[float, float], ...]
     """Upper envelope of the live-bytes lines (a, c): activation_bytes(b) = max(a + c * b)."""
     grads_envelope: tuple[tuple[float, float], ...]
     """The same with every gradient produced so far counted (the first micro-step of a step,
     when gradients accumulate in p.grad and none exist before it)."""
-    forward_envelope: tuple[tuple[float, float], ...]
-    """The same over the forward pass only."""
     groups: tuple[OpGroup, ...]
 
     def activation_bytes(self, b: int) -> float:
@@ -275,14 +276,8 @@ class Trace:
         """Peak of the micro-step's activations and the gradients it has produced so far."""
         return max(a + c * b for a, c in self.grads_envelope)
 
-    def forward_activation_bytes(self, b: int) -> float:
-        return max(a + c * b for a, c in self.forward_envelope)
-
     def flops(self, b: int, phase: str | None = None) -> float:
         return sum(g.count * g.flops_at(b) for g in self.groups if phase in (None, g.phase))
-
-    def n_ops(self, phase: str | None = None) -> int:
-        return sum(g.count for g in self.groups if phase in (None, g.phase))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -303,14 +298,11 @@ class Trace:
         return cls(
             key=d["key"],
             n_params=d["n_params"],
-            param_bytes=d["param_bytes"],
             param_numels=tuple(d["param_numels"]),
             block_numels=tuple(d["block_numels"]),
             module_params=tuple(tuple(x) for x in d["module_params"]),
-            buffer_bytes=d["buffer_bytes"],
             envelope=tuple(tuple(x) for x in d["envelope"]),
             grads_envelope=tuple(tuple(x) for x in d["grads_envelope"]),
-            forward_envelope=tuple(tuple(x) for x in d["forward_envelope"]),
             groups=groups,
         )
 
@@ -455,6 +447,23 @@ def traced(m: ModelConfig, attention: str, recompute: str, dtype: str) -> Trace:
     return t
 
 
+def model_flops(m: ModelConfig, attention: str) -> float:
+    """Model FLOPs per sample as the worker's MFU counts them (`suite.models.count_flops`,
+    no recomputation), cached on disk like the traces."""
+    from suite.models import count_flops
+
+    key = trace_key(m, attention, "none", "model-flops")
+    path = cache_dir() / f"{key}.flops.json"
+    if path.exists():
+        return float(json.loads(path.read_text())["flops_per_sample"])
+    flops = count_flops(m, attention, "none")[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"flops_per_sample": flops}))
+    os.replace(tmp, path)
+    return flops
+
+
 def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     """The worker's model with fake parameters, and the fake mode that holds them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -487,7 +496,6 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
     param_numels = tuple(p.numel() for p in params)
     block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in models.blocks(model))
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
-    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
     ev1, act1, fresh1, cum1 = _record(model, m, B1, fake_mode)
     ev2, act2, fresh2, cum2 = _record(model, m, B2, fake_mode)
     same = len(ev1) == len(ev2) and all(a.op == b.op and a.phase == b.phase for a, b in zip(ev1, ev2, strict=True))
@@ -495,7 +503,6 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
         raise NotAffine(f"{m.name}: the operators of micro-batch {B1} and {B2} differ; it cannot be traced affinely")
     lines = [_affine(a1 + f1, a2 + f2) for a1, f1, a2, f2 in zip(act1, fresh1, act2, fresh2, strict=True)]
     with_grads = [_affine(a1 + g1, a2 + g2) for a1, g1, a2, g2 in zip(act1, cum1, act2, cum2, strict=True)]
-    fwd = [line for line, e in zip(lines, ev1, strict=True) if e.phase == "forward"]
     groups: dict[tuple, list] = {}
     for e1, e2 in zip(ev1, ev2, strict=True):
         if len(e1.dims) != len(e2.dims):
@@ -506,14 +513,11 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
     return Trace(
         key=key,
         n_params=sum(param_numels),
-        param_bytes=sum(p.numel() * p.element_size() for p in params),
         param_numels=param_numels,
         block_numels=block_numels,
         module_params=tuple(x for x in owned if x),
-        buffer_bytes=buffer_bytes,
         envelope=_envelope(lines),
         grads_envelope=_envelope(with_grads),
-        forward_envelope=_envelope(fwd),
         groups=tuple(OpGroup(op, ph, n[0], fl, by, dims) for (op, ph, fl, by, dims), n in groups.items()),
     )
 
