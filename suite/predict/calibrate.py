@@ -8,7 +8,8 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
     matmul         FLOP/s of torch.mm on a grid of shapes (M, N, K), per dtype
     attention      FLOP/s of scaled_dot_product_attention, forward and backward, causal, by
                    (sequence, head dim)
-    memory         bytes/s of a large elementwise add (two reads, one write); on a GPU also
+    memory         bytes/s of an elementwise add (two reads, one write), from sizes that stay in
+                   cache to sizes that stream from memory; on a GPU also
                    the copies between pinned host memory and the device (offload)
     op overhead    seconds per operator of a tiny module's forward and backward, over the
                    operators it dispatches: what an operator costs beyond its work
@@ -45,6 +46,8 @@ GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
 """Matrix sides measured (M, N and K each); a 16-bit CPU grid stops at 1024 (no matrix unit:
 a 4096-cube takes minutes)."""
 ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32, 64])}
+MEMORY_ELEMENTS = {"full": [2**14, 2**17, 2**20, 2**24], "quick": [2**16, 2**24]}
+"""Elementwise sizes: from cache-resident to memory-bound (the last one is `memory_bps`)."""
 COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
 
 
@@ -118,10 +121,12 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
             f = 0.5 * sdpa_flop_count(shape, shape, shape)
             bwd_f = 0.5 * sdpa_backward_flop_count(shape, shape, shape, shape)
             out["attention"].append([s, d, f / fwd, bwd_f / bwd])
-    size = 2**24
-    x, y, z = (torch.randn(size, device=dev) for _ in range(3))
-    barrier()
-    out["memory_bps"] = 3 * 4 * size / _timeit(lambda: torch.add(x, y, out=z), sync)
+    curve = []
+    for size in MEMORY_ELEMENTS[mode]:
+        x, y, z = (torch.randn(size, device=dev) for _ in range(3))
+        barrier()
+        curve.append([3 * 4 * size, 3 * 4 * size / _timeit(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
+    out["memory_curve"], out["memory_bps"] = curve, curve[-1][1]
     out["op_overhead_s"] = _op_overhead(dev, sync)
     if cuda:  # offload's copies: pinned host memory to the device and back
         host = torch.empty(size, pin_memory=True)
@@ -258,6 +263,9 @@ def _slowest(results: list[dict]) -> dict:
         for i, row in enumerate(first["attention"])
     ]
     out["memory_bps"] = min(r["memory_bps"] for r in results)
+    out["memory_curve"] = [
+        [p[0], min(r["memory_curve"][i][1] for r in results)] for i, p in enumerate(first["memory_curve"])
+    ]
     out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
     out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
     for kind, pts in first["collectives"].items():
@@ -390,6 +398,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         matmul=res["matmul"],
         attention=res["attention"],
         memory_bps=res["memory_bps"],
+        memory_curve=res["memory_curve"],
         op_overhead_s=res["op_overhead_s"],
         collectives=colls,
         adam_elements_per_s=res["adam"],

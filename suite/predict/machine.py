@@ -78,7 +78,10 @@ class Machine:
     attention: list[list[float]] = field(default_factory=list)
     """CPU: measured [seq, head_dim, forward FLOP/s, backward FLOP/s] of scaled_dot_product_attention."""
     memory_bps: float = 0.0
-    """Bytes per second an elementwise operator streams."""
+    """Bytes per second an elementwise operator streams from memory."""
+    memory_curve: list[list[float]] = field(default_factory=list)
+    """Measured [bytes moved, bytes/s] of elementwise operators by size (cache effects); empty:
+    `memory_bps` at every size."""
     op_overhead_s: float = GPU_OP_OVERHEAD_S
     """Seconds each operator costs beyond its work (dispatch, Python)."""
     collectives: dict[str, list[float]] = field(default_factory=dict)
@@ -214,6 +217,9 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
                 "adam_elements_per_s",
                 "host_bps",
             ):
+                if getattr(cal, k):
+                    setattr(sheet, k, getattr(cal, k))
+            for k in ("adam_elements_per_s", "host_bps"):
                 if getattr(cal, k):
                     setattr(sheet, k, getattr(cal, k))
             return sheet

@@ -11,10 +11,11 @@
 
 Compute is a roofline over every operator of the traced micro-step (`suite.predict.trace`):
 
-    t_op = max(flops / matmul_rate(shape), bytes / memory_bps) + op_overhead_s
+    t_op = max(flops / matmul_rate(shape), bytes / memory_rate(bytes)) + op_overhead_s
 
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
-peak times its matmul efficiency (`suite.predict.machine`), and a causal attention kernel doing
+peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
+small tensor stays in cache) or the datasheet's bandwidth, and a causal attention kernel doing
 half of the FLOPs counted for it (it skips the blocks above the diagonal). A collective of S
 bytes among N ranks is the ring model NCCL's tuner uses (and gloo's ring algorithms follow):
 
@@ -95,10 +96,15 @@ def compute_seconds(tr: Trace, b: int, m: Machine, dtype: str) -> tuple[float, f
             work = flops * (0.5 if causal else 1.0) / _attention_rate(m, dtype, dims, g.phase)
         elif flops:
             work = flops / _matmul_rate(m, dtype, (1, 1024, 1024, 1024))
-        stream = moved / m.memory_bps if m.memory_bps and g.op not in VIEWS else 0.0
+        stream = moved / stream_rate(m, moved) if m.memory_bps and moved and g.op not in VIEWS else 0.0
         out[g.phase] += g.count * (max(work, stream) + m.op_overhead_s)
         n_ops += g.count
     return out["forward"], out["backward"], n_ops
+
+
+def stream_rate(m: Machine, nbytes: float) -> float:
+    """Bytes/s of an elementwise operator moving `nbytes`: measured by size where calibrated."""
+    return interpolate(m.memory_curve, (nbytes,)) if m.memory_curve else m.memory_bps
 
 
 def _peak(m: Machine, dtype: str) -> float:
