@@ -372,9 +372,10 @@ def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
 def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
     """Measure the constants of `t.hardware` on this machine."""
     mode = "quick" if quick else "full"
-    dtypes = ["fp32"] if quick or t.hardware.device == "cuda" else ["fp32", "bf16"]
     if t.hardware.device == "cuda":
-        dtypes = ["bf16", "fp16", "fp32"] if not quick else ["bf16"]
+        dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
+    else:
+        dtypes = ["fp32"] if quick else ["fp32", "bf16"]
     log(f"calibrate: microbenchmarks in {t.hardware.count} process(es) ({mode})")
     res = _slowest(_run_ranks(t, mode, dtypes))
     colls = {k: fit_collective(v, t.hardware.count, k) for k, v in res["collectives"].items()}

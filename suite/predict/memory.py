@@ -33,15 +33,15 @@ moments 8P/N. Reduce bucket wB_r allocated at each backward (:3256-3270). ZeRO-1
 gradients to autograd until the boundary (wP, :2284-2295), then reduces them through the
 bucket into a partition buffer wP/N (:2175-2187). ZeRO-2 reduces every gradient as it is
 produced (:2289-2291, :1414-1460) into the partition buffer wP/N, which lives through the
-step. At the step the partition's gradients are flattened (wP/N) and converted to fp32
-(4P/N) (:3092-3103), and the updated parameters all-gathered into the flat buffer in place
-(:3150-3155).
+step. At the step the partition's gradients are flattened (wP/N, while the buffer still
+holds them) and converted to fp32 (4P/N; `.to` of the same dtype is no copy) (:3108-3139),
+and the updated parameters all-gathered into the flat buffer in place (:3155-3159).
 
 DeepSpeed ZeRO-3 (stage3.py): parameter partitions wP/N (partition_parameters.py), whole
 parameters below `stage3_param_persistence_threshold` elements on every rank, an fp32
 master partition 4P/N (a copy, stage3.py:1168-1172), moments 8P/N, a gradient partition
-buffer wP/N (:791-793), the reduce bucket wB_r (:780-784), the fp32 gradient of the
-partition at the step 4P/N (:2683-2690), and the gathered parameters: a module's parameters
+buffer wP/N (:791-793), the reduce bucket wB_r (:780-784), the partition's gradient
+flattened and converted to fp32 at the step (:2686-2687), and the gathered parameters: a module's parameters
 are released after it runs only if no module within the next `stage3_max_reuse_distance`
 elements (1e9 by default) uses them again (partitioned_param_coordinator.py:634-664), and
 every parameter of the forward is used again in the backward, so up to 1e9 elements (the
@@ -136,6 +136,18 @@ def _adam_temporaries(t: Trial, elements: float, source_rank: str) -> list[Term]
     ]
 
 
+def _partition_step(t: Trial, part: float, w: int, buffer: list[Term]) -> list[Term]:
+    """The larger of the step's two moments (stage_1_and_2.py:3108-3139): the partition's
+    gradients are flattened (a copy, while the buffer they come from is still held) and
+    converted to fp32 (a copy unless they are fp32 already: `.to` of the same dtype is the
+    tensor itself); then the buffer is freed and AdamW runs on the fp32 gradient."""
+    flat = Term("flattened gradient partition", w * part, "stage_1_and_2.py:3110-3117")
+    fp32 = [Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:3118")] if w != 4 else []
+    convert = buffer + [flat] + fp32
+    update = (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+    return convert if Layout.total(convert) >= Layout.total(update) else update
+
+
 def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
     from suite import methods
 
@@ -179,21 +191,14 @@ def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
         ]
         (lay.host if off_opt else lay.steady).extend(opt_terms)
         lay.backward.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
+        buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
         if z == 1:
             lay.steady.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
-            lay.boundary.append(Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187"))
-            lay.boundary.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
+            lay.boundary += [buffer, Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")]
         elif t.gas_measured > 1:  # gradients of later micro-steps accumulate into it
-            lay.steady.append(Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187"))
+            lay.steady.append(buffer)
         else:  # allocated by the backward's first reduction, after the activations' peak
-            lay.boundary.append(Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187"))
-            lay.optimizer.append(Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187"))
-        step = [
-            Term("flattened gradient partition", w * part, "stage_1_and_2.py:3092-3097"),
-            Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:3098"),
-        ]
-        if z == 1:
-            step.append(Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187"))
+            lay.boundary.append(buffer)
         if off_opt:
             lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
             lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
@@ -202,8 +207,7 @@ def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
                 Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660")
             )
         else:
-            lay.optimizer.extend(step)
-            lay.optimizer += _adam_temporaries(t, part, "the partition")
+            lay.optimizer = _partition_step(t, part, w, [] if buffer in lay.steady else [buffer])
         lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
         lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
         return lay
@@ -238,9 +242,11 @@ def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
             "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)",
         )
     )
-    if not off_opt:
-        lay.optimizer.append(Term("fp32 gradient of the partition", 4 * part, "stage3.py:2683-2690"))
-        lay.optimizer += _adam_temporaries(t, part, "the partition")
+    if not off_opt:  # flattened, then converted to fp32 (a copy unless fp32 already)
+        flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
+        fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
+        convert, update = [flat] + fp32, (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+        lay.optimizer = convert if Layout.total(convert) >= Layout.total(update) else update
     if t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
