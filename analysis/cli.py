@@ -3,6 +3,7 @@
     suite-report tables results/                  # Markdown to the terminal; .md, .csv, .tex files written
     suite-report export results/ model=pythia-1b hardware=a6000-x4
     suite-report leaderboard results/ -o leaderboard/index.html   # one HTML file with data and plots inlined
+    suite-report accuracy results/runs [--publish]  # predicted against measured (suite.predict), accuracy.json written
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
 arguments and a function running it. A bad path, argument or price table exits 2 with a
@@ -130,6 +131,28 @@ def run_leaderboard(args: argparse.Namespace) -> None:
     print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")
 
 
+def add_accuracy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", type=Path, help="results folder (searched recursively) or one result file")
+    p.add_argument(
+        "--out", type=Path, default=Path("reports/accuracy"), help="where accuracy.json and .csv are written"
+    )
+    p.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the summary per device kind to results/accuracy/, shown by suite-predict with each figure",
+    )
+    p.add_argument("--note", default="", help="recorded with the published summary (machine, load, date)")
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    from analysis.accuracy import run
+
+    if not args.path.exists():
+        raise ReportError(f"{args.path} does not exist")
+    run(args.path, args.out, args.publish, args.note)
+    print(f"wrote {args.out / 'accuracy.json'} and {args.out / 'accuracy.csv'}")
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
@@ -147,6 +170,9 @@ COMMANDS = (
         run_export,
     ),
     Command("leaderboard", "the HTML leaderboard: sortable table, plots, provenance", add_leaderboard, run_leaderboard),
+    Command(
+        "accuracy", "predicted against measured for every ok or oom record (suite.predict)", add_accuracy, run_accuracy
+    ),
 )
 
 

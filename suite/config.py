@@ -31,6 +31,8 @@ GPU_COUNTS = (1, 2, 4, 8)
 TASKS = {"causal-lm": "token", "masked-lm": "token", "image-classification": "image"}
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
 (an image has no token count common to every architecture: a ViT sees patches, a ConvNeXt pixels)."""
+PREDICTION_ONLY = ("memory_gbps", "link", "link_gbps", "host_gbps", "bandwidth_source")
+"""HardwareConfig fields read by the predictor only (suite.predict), left out of Trial.id."""
 
 
 @dataclass
@@ -100,6 +102,18 @@ class HardwareConfig:
     bf16: bool = False
     tf32: bool = False
     datasheet: str = ""
+    memory_gbps: float = 0.0
+    """Device memory bandwidth, GB/s (datasheet); 0 on CPU, where `suite-predict calibrate`
+    measures it. For predictions only, like the fields below: not part of a trial's id."""
+    link: str = ""
+    """How the devices of one node reach each other: nvlink2/3/4, pcie3/4/5 (the slot's
+    generation, x16), or "" (CPU: shared memory, measured by calibration)."""
+    link_gbps: float = 0.0
+    """Per-device bandwidth of `link`, one direction, GB/s (datasheet)."""
+    host_gbps: float = 0.0
+    """Per-device bandwidth to the host (PCIe x16), one direction, GB/s: offload transfers."""
+    bandwidth_source: str = ""
+    """Where the three bandwidths come from."""
 
 
 @dataclass
@@ -192,6 +206,11 @@ class ClusterConfig:
     """Override: host memory per node in GB (0: derived)."""
     time_min: int = 0
     """Override: the job's time limit in minutes (0: derived from measure.timeout_s)."""
+    network_gbps: float = 200.0
+    """Bandwidth between nodes, Gbit/s per node (the sum of a node's NICs, one direction):
+    predictions of `cluster.nodes` > 1 (`suite-predict`). 200: one HDR InfiniBand NIC."""
+    network: str = "InfiniBand HDR, one 200 Gb/s NIC per node"
+    """What `network_gbps` describes, shown with predictions."""
 
 
 @dataclass
@@ -318,6 +337,8 @@ class Trial:
         d = self.to_dict()
         for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats"):
             d["measure"].pop(how)  # how to run it, not what is measured
+        for k in PREDICTION_ONLY:  # describe the hardware to the predictor; ids predate them
+            d["hardware"].pop(k)
         if d["nodes"] == 1:
             d.pop("nodes")  # one-node ids predate the field and stay as they were
         me = d["methods"]

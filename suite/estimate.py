@@ -37,7 +37,8 @@ class Estimate:
     model_states_gib: float
     """The part no micro-batch changes: a lower bound of mem_gib."""
     step_time: float
-    """Predicted time per optimizer step, arbitrary units."""
+    """Predicted time per optimizer step: seconds from `suite.predict.Predictor`; arbitrary
+    units from `SimpleEstimator` (until the search uses the predictor and it goes)."""
 
 
 class Estimator(Protocol):

@@ -88,6 +88,11 @@ def worker_env(t: Trial, local_rank: int, port: int, node: Node = Node()) -> dic
         # glibc reserves 64 MiB of address space per malloc arena and thread; capped, the
         # RLIMIT_DATA budget measures what the trial allocates, not how many threads it has.
         env.setdefault("MALLOC_ARENA_MAX", "2")
+        # glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB)
+        # and then keeps up to twice that of freed memory per arena (mallopt(3)); fixed, every
+        # tensor of 128 KiB or more is returned on free, so resident memory (the CPU worker's
+        # "device" memory) follows what the trial holds, as a GPU's allocated memory does.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     return env
 
 

@@ -1,0 +1,227 @@
+"""Predicted against measured: how far `suite.predict` is from every stored ok or oom trial.
+
+    suite-report accuracy results/runs                    # the table, and accuracy.json written
+    suite-report accuracy results/runs --publish          # also results/accuracy/<device>.json
+
+Each record is predicted from its own resolved trial (so a model that is not in `conf/`
+works), with the calibration of the machine that ran it (`provenance.hostname`; this
+machine's if that one is not here). Per record:
+
+    peak_mem_err_pct     (predicted - measured) / measured * 100 of the worker's peak_mem_gib:
+                         the timed window's peak where the record has a build peak of its own
+                         (build_peak_mem_gib), else the peak of the whole run
+    step_time_err_pct    the same of step_time_s, and of its parts micro_time_s,
+                         boundary_time_s, optimizer_time_s (t_micro, t_boundary, t_optimizer)
+    fit_right            the predicted fit against the outcome (ok or oom), for records with a
+                         memory budget (a CPU worker without one always fits)
+
+and per (model, budget) with three or more ok records, the Spearman rank correlation of
+predicted and measured step times. The summary gives median, p90 and max of |error| per
+quantity, overall and per method (engine, ZeRO stage, offload). Records whose hardware
+has no constants here (a CPU never calibrated) are listed as not predicted, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import ReportError
+from suite.config import Trial
+
+PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
+QUANTITIES = (
+    "peak_mem_err_pct",
+    "build_peak_err_pct",
+    "step_time_err_pct",
+    "micro_err_pct",
+    "boundary_err_pct",
+    "optimizer_err_pct",
+)
+
+
+def records(path: Path) -> tuple[list[dict], list[str]]:
+    """Every ok or oom trial record under `path`, and the files skipped with why."""
+    files = [path] if path.is_file() else sorted(path.rglob("*.json"))
+    out, skipped = [], []
+    for f in files:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            skipped.append(f"{f}: not JSON ({e})")
+            continue
+        if not isinstance(rec, dict) or rec.get("schema") != "suite.trial/1":
+            continue
+        if rec.get("outcome") in ("ok", "oom"):
+            rec["_file"] = str(f)
+            out.append(rec)
+    return out, skipped
+
+
+def method_label(t: Trial) -> str:
+    me = t.methods
+    engine = getattr(me, "engine", "deepspeed")
+    label = "FSDP2" if engine == "fsdp2" else ("DDP" if me.zero_stage == 0 else f"ZeRO-{me.zero_stage}")
+    if engine == "fsdp2":
+        label += " reshard" if getattr(me, "reshard_after_forward", True) else " no-reshard"
+    if me.offload != "none":
+        label += f" offload {me.offload}"
+    return label
+
+
+def _err(pred: float | None, meas: float | None) -> float:
+    if pred is None or meas is None or not meas or math.isnan(pred):
+        return math.nan
+    return (pred - meas) / meas * 100
+
+
+def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
+    """One row per record: measured, predicted, errors; `predictor_for(host)` gives a Predictor."""
+    from suite.predict import Predictor
+    from suite.predict.machine import NotCalibrated
+
+    predictors: dict[str, Any] = {}
+    make = predictor_for or (lambda host: Predictor(host=host))
+    rows = []
+    for rec in recs:
+        t = Trial.from_dict(rec["trial"])
+        m = rec.get("metrics") or {}
+        host = (rec.get("provenance") or {}).get("hostname")
+        if host not in predictors:
+            predictors[host] = make(host)
+        pred = predictors[host]
+        row: dict[str, Any] = {
+            "trial_id": rec["trial_id"],
+            "file": rec["_file"],
+            "model": t.model.name,
+            "device": t.hardware.device,
+            "budget": t.hardware.name + (f" x{t.nodes} nodes" if t.nodes > 1 else ""),
+            "mem_budget_gib": t.hardware.mem_gib,
+            "method": method_label(t),
+            "recompute": t.methods.recompute,
+            "micro_batch": t.methods.micro_batch,
+            "outcome": rec["outcome"],
+            "note": "",
+        }
+        try:
+            p = pred.predict(t)
+        except NotCalibrated as e:
+            row["note"] = f"not predicted: {e}"
+            rows.append(row)
+            continue
+        timed_only = "build_peak_mem_gib" in m
+        row["pred_peak_mem_gib"] = p.peak_mem_gib if timed_only else max(p.peak_mem_gib, p.build_peak_mem_gib)
+        row["pred_build_peak_gib"] = p.build_peak_mem_gib
+        row["pred_device_gib"] = p.device_gib
+        row["pred_fits"] = p.fits
+        row["pred_step_time_s"] = p.step_time_s
+        if rec["outcome"] == "ok":
+            row["peak_mem_gib"] = m.get("peak_mem_gib")
+            row["build_peak_mem_gib"] = m.get("build_peak_mem_gib")
+            row["step_time_s"] = m.get("step_time_s")
+            row["peak_mem_err_pct"] = _err(row["pred_peak_mem_gib"], m.get("peak_mem_gib"))
+            row["build_peak_err_pct"] = _err(p.build_peak_mem_gib, m.get("build_peak_mem_gib"))
+            row["step_time_err_pct"] = _err(p.step_time_s, m.get("step_time_s"))
+            for (measured, predicted), name in zip(PARTS, ("micro", "boundary", "optimizer"), strict=True):
+                row[f"{name}_err_pct"] = _err(getattr(p, predicted), m.get(measured))
+        if t.hardware.mem_gib > 0:
+            row["fit_right"] = p.fits == (rec["outcome"] == "ok")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _stats(values: pd.Series) -> dict[str, float]:
+    v = values.dropna().abs()
+    if v.empty:
+        return {"n": 0}
+    return {"n": int(v.size), "median": float(v.median()), "p90": float(v.quantile(0.9)), "max": float(v.max())}
+
+
+def spearman(df: pd.DataFrame) -> list[dict]:
+    """Rank correlation of predicted and measured step times within each (model, budget)."""
+    out = []
+    ok = df[df["outcome"] == "ok"].dropna(subset=["step_time_s", "pred_step_time_s"]) if "step_time_s" in df else df[:0]
+    for (model, budget), g in ok.groupby(["model", "budget"]):
+        if len(g) >= 3:
+            rho = g["pred_step_time_s"].rank().corr(g["step_time_s"].rank())
+            out.append({"model": model, "budget": budget, "n": len(g), "spearman": float(rho)})
+    return out
+
+
+def summary(df: pd.DataFrame) -> dict[str, Any]:
+    out: dict[str, Any] = {"n_records": len(df)}
+    for q in QUANTITIES:
+        if q in df:
+            out[q] = _stats(df[q])
+    if "fit_right" in df:
+        fits = df["fit_right"].dropna()
+        out["fit_right_pct"] = float(100 * fits.astype(bool).mean()) if len(fits) else None
+        out["fit_n"] = int(len(fits))
+    out["per_method"] = {method: {q: _stats(g[q]) for q in QUANTITIES if q in g} for method, g in df.groupby("method")}
+    out["spearman"] = spearman(df)
+    rhos = [s["spearman"] for s in out["spearman"] if not math.isnan(s["spearman"])]
+    out["spearman_min"] = min(rhos) if rhos else None
+    out["not_predicted"] = [f"{r.trial_id}: {r.note}" for r in df.itertuples() if r.note]
+    return out
+
+
+def render(s: dict[str, Any], kind: str) -> str:
+    lines = [f"Prediction accuracy on {s['n_records']} {kind} record(s) (|error| %: median, p90, max):"]
+    names = {
+        "peak_mem_err_pct": "peak memory",
+        "build_peak_err_pct": "build peak memory",
+        "step_time_err_pct": "step time",
+        "micro_err_pct": "  t_micro",
+        "boundary_err_pct": "  t_boundary",
+        "optimizer_err_pct": "  t_optimizer",
+    }
+
+    def fmt(st: dict) -> str:
+        return "n/a" if not st.get("n") else f"{st['median']:.1f} / {st['p90']:.1f} / {st['max']:.1f} (n={st['n']})"
+
+    for q, name in names.items():
+        if q in s:
+            lines.append(f"  {name:<18} {fmt(s[q])}")
+    if s.get("fit_n"):
+        lines.append(f"  fit/oom right      {s['fit_right_pct']:.1f}% of {s['fit_n']} trials with a memory budget")
+    for method, qs in s["per_method"].items():
+        lines.append(
+            f"  {method}: memory {fmt(qs.get('peak_mem_err_pct', {}))}; step {fmt(qs.get('step_time_err_pct', {}))}"
+        )
+    for sp in s["spearman"]:
+        lines.append(f"  rank correlation {sp['model']} on {sp['budget']}: {sp['spearman']:.2f} ({sp['n']} trials)")
+    for line in s["not_predicted"]:
+        lines.append(f"  {line}")
+    return "\n".join(lines)
+
+
+def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[str, dict]:
+    """Score every record under `path`; write `out`/accuracy.json; with `publish`, the summary
+    per device kind under results/accuracy/ (what `suite-predict` shows with each figure)."""
+    from suite.predict import ACCURACY_DIR
+
+    recs, skipped = records(path)
+    if not recs:
+        raise ReportError(f"no ok or oom trial records under {path}")
+    df = score(recs)
+    result: dict[str, dict] = {}
+    for kind, g in df.groupby("device"):
+        s = summary(g)
+        s["source"] = f"suite-report accuracy {path}" + (f"; {note}" if note else "")
+        result[kind] = s
+        print(render(s, kind))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")  # NaN is not JSON
+    (out / "accuracy.json").write_text(json.dumps({"summary": result, "records": rows}, indent=1, default=str))
+    df.to_csv(out / "accuracy.csv", index=False)
+    if publish:
+        ACCURACY_DIR.mkdir(parents=True, exist_ok=True)
+        for kind, s in result.items():
+            (ACCURACY_DIR / f"{kind}.json").write_text(json.dumps(s, indent=1))
+    for message in skipped:
+        print(message)
+    return result

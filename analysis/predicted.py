@@ -1,0 +1,299 @@
+"""`suite-predict`: predicted memory, step time, days and cost of a model on hardware nobody
+here has measured, every figure labelled predicted and shown with the error measured so far.
+
+    suite-predict model=pythia-1b hardware=a6000-x4          # every valid configuration, ranked
+    suite-predict model=pythia-1b hardware=all               # the best configuration per hardware profile
+    suite-predict model=pythia-1b hardware=a100-80gb-x8 cluster.nodes=4
+    suite-predict calibrate hardware=cpu-x2 [--quick]        # measure this machine's constants
+
+Overrides are Hydra's, as for suite-bench (conf/). The configurations are the methods of
+`search.*` (ZeRO stage, offload, recomputation, attention) times every micro-batch dividing
+the per-device batch; `torch.compile` is not modelled (predicted as eager). Days and cost are
+`analysis.estimates`' formulas of the predicted step time. The error shown next to a figure is
+the accuracy `suite-report accuracy --publish` last measured on this kind of device
+(results/accuracy/); where nothing was measured, the table says so. Writes the table as CSV
+to reports/predict/.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from analysis import ReportError
+from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
+from analysis.prices import gpu_keys, load_prices
+from suite.config import Trial, problems
+
+OUT_DIR = Path("reports/predict")
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from suite.cli import CONF_DIR
+    from suite.config import register
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def configurations(base: Trial, search) -> list[Trial]:
+    """Every valid combination of the search axes and micro-batches of `base`."""
+    import itertools
+
+    from suite.search import divisors, with_methods
+
+    if base.per_device_batch <= 0:
+        return []
+    out = []
+    for z, o, r, a in itertools.product(
+        search.zero_stages, search.offloads, search.recomputes, search.attentions or [base.methods.attention]
+    ):
+        for mb in divisors(base.per_device_batch):
+            t = with_methods(base, zero_stage=z, offload=o, recompute=r, attention=a, micro_batch=mb, compile=False)
+            if not problems(t):
+                out.append(t)
+    return out
+
+
+def error_note(kind: str) -> dict[str, str]:
+    """How to label each predicted quantity: its error measured so far, or that there is none."""
+    from suite.predict import published_error
+
+    s = published_error(kind)
+    if not s:
+        none = f"not yet measured (no {'GPU' if kind == 'cuda' else kind} trial scored)"
+        return {"mem": none, "time": none, "fit": none, "source": "", "mem_short": "(±?)", "time_short": "(±?)"}
+
+    def one(q: str) -> tuple[str, str]:
+        st = s.get(q) or {}
+        if not st.get("n"):
+            return "not measured", "(±?)"
+        return f"±{st['median']:.1f}% median, {st['p90']:.1f}% p90", f"(±{st['median']:.0f}%)"
+
+    (mem, mem_short), (time, time_short) = one("peak_mem_err_pct"), one("step_time_err_pct")
+    fit = f"{s['fit_right_pct']:.0f}% right of {s['fit_n']}" if s.get("fit_n") else "not measured"
+    source = f"|error| on {s['n_records']} {kind} trials ({s.get('source', '')})"
+    return {"mem": mem, "time": time, "fit": fit, "source": source, "mem_short": mem_short, "time_short": time_short}
+
+
+def describe_error(err: dict[str, str]) -> str:
+    text = f"memory {err['mem']}, step time {err['time']}, fit/oom {err['fit']}"
+    return f"{text}; {err['source']}" if err["source"] else text
+
+
+def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[dict]:
+    """Each trial predicted, with days and cost; `keys` maps datasheet GPU names to price keys."""
+    out = []
+    for t in trials:
+        p = predictor.predict(t)
+        days = training_days(p.step_time_s, t.model.recipe.train_steps) if not math.isnan(p.step_time_s) else math.nan
+        gpu = keys.get(t.hardware.gpu, "")
+        cloud = prices.cloud.get(gpu)
+        hours = gpu_hours(days, t.devices)
+        out.append(
+            {
+                "trial": t,
+                "config": describe(t),
+                "fits": p.fits,
+                "device_gib": p.device_gib,
+                "peak_mem_gib": p.peak_mem_gib,
+                "step_time_s": p.step_time_s,
+                "mfu": p.mfu,
+                "days": days,
+                "cloud_usd": cloud_cost_usd(hours, cloud.usd_per_gpu_hour) if cloud else math.nan,
+                "owned_usd": owned_cost_usd(
+                    owned_hardware_usd(prices, gpu, t.hardware.count, t.nodes), days, prices.amortization_years
+                )
+                if gpu
+                else math.nan,
+                "host_gib": p.host_gib,
+            }
+        )
+    out.sort(key=lambda r: (not r["fits"], math.isnan(r["step_time_s"]), r["step_time_s"]))
+    return out
+
+
+def describe(t: Trial) -> str:
+    me = t.methods
+    parts = ["DDP" if me.zero_stage == 0 else f"ZeRO-{me.zero_stage}"]
+    if me.offload != "none":
+        parts.append(f"offload {me.offload}")
+    if me.recompute != "none":
+        parts.append("recompute")
+    parts.append(f"mb {me.micro_batch}x{t.gas}")
+    parts.append(me.attention)
+    return " ".join(parts)
+
+
+def _num(x: float | None, fmt: str) -> str:
+    """`x` formatted, or n/a in the same width."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        width = "".join(c for c in fmt.split(".")[0] if c.isdigit())
+        return "n/a".rjust(int(width or 0))
+    return format(x, fmt)
+
+
+def _columns(err: dict[str, str]) -> str:
+    mem, time = err["mem_short"], err["time_short"]
+    return f"{'fits':<5} {'GiB/GPU ' + mem:>14} {'s/step ' + time:>14} {'MFU':>6} {'days':>8} {'cloud $':>10}"
+
+
+def _cells(r: dict) -> str:
+    mfu = _num(r["mfu"] and 100 * r["mfu"], "5.1f") + ("%" if r["mfu"] else " ")
+    return (
+        f"{'yes' if r['fits'] else 'no':<5} {_num(r['device_gib'], '14.2f')} {_num(r['step_time_s'], '14.3f')} "
+        f"{mfu:>6} {_num(r['days'], '8.1f')} {_num(r['cloud_usd'], '10,.0f')}"
+    )
+
+
+def table(rs: list[dict], err: dict[str, str]) -> list[str]:
+    head = f"{'#':>3}  {'configuration':<48} {_columns(err)}"
+    return [head, "-" * len(head)] + [f"{i:>3}  {r['config']:<48} {_cells(r)}" for i, r in enumerate(rs, 1)]
+
+
+def one_hardware(cfg, predictor, prices, keys: dict[str, str]) -> tuple[Trial, list[dict]]:
+    from suite.cli import trial_from_cfg
+    from suite.config import SearchConfig
+
+    base = trial_from_cfg(cfg)
+    found = [p for p in problems(base) if "micro_batch" not in p]
+    if found:
+        raise ReportError("invalid base: " + "; ".join(found))
+    trials = configurations(base, SearchConfig(**cfg.search))
+    return base, rows(trials, predictor, prices, keys)
+
+
+def hardware_names() -> list[str]:
+    from suite.cli import CONF_DIR
+
+    return sorted(p.stem for p in (Path(CONF_DIR) / "hardware").glob("*.yaml"))
+
+
+def predict_main(overrides: list[str]) -> None:
+    import csv
+
+    from suite.predict import Predictor
+    from suite.predict.machine import NotCalibrated
+    from suite.predict.timing import Network
+
+    every = any(o == "hardware=all" for o in overrides)
+    rest = [o for o in overrides if o != "hardware=all"]
+    prices, keys = load_prices(), gpu_keys()
+    names = hardware_names() if every else [None]
+    summary, written = [], []
+    for name in names:
+        cfg = compose(rest + ([f"hardware={name}"] if name else []))
+        if every and cfg.hardware.device != "cuda":
+            continue
+        network = Network(cfg.cluster.network_gbps, cfg.cluster.network)
+        predictor = Predictor(network=network)
+        try:
+            base, rs = one_hardware(cfg, predictor, prices, keys)
+        except NotCalibrated as e:
+            raise ReportError(str(e)) from None
+        err = error_note(base.hardware.device)
+        budget = base.hardware.name + (f" x {base.nodes} nodes ({network.name})" if base.nodes > 1 else "")
+        if every:
+            best = next((r for r in rs if r["fits"]), None)
+            summary.append((budget, best, err))
+            continue
+        print(f"PREDICTED, not measured: {base.model.name} on {budget} ({base.hardware.mem_gib:g} GiB per device)")
+        print(f"  {len(rs)} valid configurations; constants: {predictor.machine(base).source}")
+        print(f"  error so far: {describe_error(err)}")
+        print("\n".join("  " + line for line in table(rs, err)))
+        written.append(_write_csv(csv, base, rs, err))
+    if every:
+        print(f"PREDICTED, not measured: the best configuration of {rest_model(rest)} per hardware profile")
+        err = summary[0][2] if summary else error_note("cuda")
+        head = f"{'hardware':<18} {'best configuration':<48} {_columns(err)}"
+        print(head + "\n" + "-" * len(head))
+        for budget, best, _ in summary:
+            print(f"{budget:<18} " + (f"{best['config']:<48} {_cells(best)}" if best else "does not fit"))
+        print(f"error so far: {describe_error(err)}")
+    for path in written:
+        print(f"wrote {path}")
+
+
+def rest_model(overrides: list[str]) -> str:
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "the model")
+
+
+def _write_csv(csv, base: Trial, rs: list[dict], err: dict) -> Path:
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / f"{base.model.name}-{base.hardware.name}{f'-{base.nodes}nodes' if base.nodes > 1 else ''}.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "predicted",
+                "configuration",
+                "fits",
+                "device_gib",
+                "peak_mem_gib",
+                "step_time_s",
+                "mfu",
+                "days",
+                "cloud_usd",
+                "owned_usd",
+                "memory_error",
+                "time_error",
+            ]
+        )
+        for r in rs:
+            w.writerow(
+                [
+                    "yes",
+                    r["config"],
+                    r["fits"],
+                    r["device_gib"],
+                    r["peak_mem_gib"],
+                    r["step_time_s"],
+                    r["mfu"],
+                    r["days"],
+                    r["cloud_usd"],
+                    r["owned_usd"],
+                    err["mem"],
+                    err["time"],
+                ]
+            )
+    return path
+
+
+def calibrate_main(overrides: list[str], quick: bool) -> None:
+    from suite.cli import trial_from_cfg
+    from suite.predict.calibrate import calibrate
+    from suite.predict.machine import calibration_key, save_calibration
+
+    cfg = compose(overrides)
+    t = replace(trial_from_cfg(cfg), nodes=1)
+    m = calibrate(t, quick=quick)
+    print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "calibrate":
+            quick = "--quick" in args
+            calibrate_main([a for a in args[1:] if a != "--quick"], quick)
+        else:
+            predict_main(args)
+    except (ReportError, HydraException, OmegaConfBaseException) as e:
+        print(f"suite-predict: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Prediction accuracy on CPU: calibrate this machine, measure the cpu-grid space (or reuse what
+the store has), and score the predictor against every trial; plus a plausibility check of the
+GPU profiles against published well-tuned runs.
+
+    python benchmarks/prediction_accuracy.py                      # calibrate, 3 models x 32 trials, score
+    python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
+    python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
+    python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
+    python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
+
+Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
+layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
+cpu-grid space (4 ZeRO stages x 2 recomputation x micro-batches 1, 2, 4, 8) on two CPU workers
+with the recipe shrunk as experiment=cpu-search shrinks it (sequence 128, global batch 16) and
+a 0.8 GiB budget per worker, so that the larger configurations run out of memory. The
+calibration is microbenchmarks only (suite.predict.calibrate); nothing is fitted to the trials.
+Targets: peak memory median |error| <= 5%, max <= 15%; fit/oom right >= 95%; step time median
+|error| <= 10%; rank correlation >= 0.9 within each model. Timings are only meaningful on a
+quiet machine; memory and fit/oom are meaningful under any load.
+
+The plausibility check predicts tokens/s per GPU and MFU of the best configuration of a
+Pythia-1B-class model on 8x A100-80GB and of TinyLlama-1.1B on 1x A100-40GB, next to what
+well-tuned runs publish (llm-foundry's MPT-1B: 20,513 tokens/s per A100-80GB at 59.9% MFU;
+TinyLlama: 24k tokens/s per A100-40GB, 56% MFU). It checks the GPU profiles for plausibility,
+not the predictor's accuracy: those runs use other code (fused kernels, FlashAttention-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# The models, as overrides of experiment=cpu-search (the only place to edit if the schema changes).
+MODELS = {
+    "pythia-14m": ["model=pythia-14m"],
+    "pythia-31m": ["model=pythia-31m"],
+    "llama-384": [
+        "model=tinyllama-1.1b",
+        "model.name=llama-384",
+        "model.hidden=384",
+        "model.layers=6",
+        "model.heads=6",
+        "model.kv_heads=2",
+        "model.intermediate=1024",
+        "model.vocab=32000",
+        "model.recipe.precision=fp32",
+    ],
+}
+TINY = [
+    "model.hidden=64",
+    "model.layers=2",
+    "model.heads=4",
+    "model.kv_heads=2",
+    "model.intermediate=128",
+    "model.vocab=1024",
+]
+GRID = {"zero_stage": (0, 1, 2, 3), "recompute": ("none", "full"), "micro_batch": (1, 2, 4, 8)}
+PUBLISHED = {
+    "MPT-1B, llm-foundry, 8x A100-80GB": ("pythia-1b", "a100-80gb-x8", 20513, 0.599),
+    "TinyLlama-1.1B, 1x A100-40GB": ("tinyllama-1.1b", "a100-40gb-x1", 24000, 0.56),
+}
+
+
+def trials(tiny: bool, budget_gib: float, memory_only: bool = False):
+    """Every configuration of the grid for every model (one timed step when only memory counts:
+    the peak is reached in the second step, once the optimizer's states exist)."""
+    import itertools
+
+    from analysis.predicted import compose
+    from suite.cli import trial_from_cfg
+    from suite.search import with_methods
+
+    out = []
+    for name, overrides in MODELS.items():
+        base = trial_from_cfg(
+            compose(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
+        )
+        if memory_only:
+            base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
+        grid = GRID if not tiny else {"zero_stage": (0, 3), "recompute": ("none",), "micro_batch": (1, 8)}
+        for z, r, mb in itertools.product(*grid.values()):
+            out.append((name, with_methods(base, zero_stage=z, recompute=r, micro_batch=mb)))
+    return out
+
+
+def calibrated(t, recalibrate: bool, quick: bool) -> str:
+    from suite.predict.calibrate import calibrate
+    from suite.predict.machine import calibration_key, load_calibration, save_calibration
+
+    key = calibration_key(t.hardware)
+    existing = load_calibration(key)
+    if existing is not None and not recalibrate:
+        return f"reused {existing.source}"
+    m = calibrate(replace(t, nodes=1), quick=quick)
+    return f"{m.source} -> {save_calibration(m, key)}"
+
+
+def measure(ts, store_dir: Path) -> list[dict]:
+    from suite.cli import run_one, summary_line
+
+    recs = []
+    for i, (_, t) in enumerate(ts, 1):
+        rec = run_one(t, str(store_dir), "prediction-accuracy", True)
+        print(f"[{i}/{len(ts)}] {summary_line(rec, t)}", flush=True)
+        recs.append(rec)
+    return recs
+
+
+def plausibility() -> list[dict]:
+    from analysis.predicted import compose, configurations
+    from suite.cli import trial_from_cfg
+    from suite.config import SearchConfig
+    from suite.predict import Predictor
+
+    rows = []
+    for label, (model, hardware, tokens, mfu) in PUBLISHED.items():
+        cfg = compose([f"model={model}", f"hardware={hardware}"])
+        base = trial_from_cfg(cfg)
+        pred = Predictor()
+        best = None
+        for t in configurations(base, SearchConfig(**cfg.search)):
+            p = pred.predict(t)
+            if p.fits and (best is None or p.step_time_s < best[1].step_time_s):
+                best = (t, p)
+        t, p = best
+        rows.append(
+            {
+                "published": label,
+                "published_tokens_per_s_per_gpu": tokens,
+                "published_mfu": mfu,
+                "model": model,
+                "hardware": hardware,
+                "best_configuration": {
+                    k: getattr(t.methods, k) for k in ("zero_stage", "offload", "recompute", "micro_batch")
+                },
+                "predicted_tokens_per_s_per_gpu": p.tokens_per_s / t.devices,
+                "predicted_mfu": p.mfu,
+            }
+        )
+        print(
+            f"{label}: published {tokens:,} tok/s/GPU at {mfu:.1%} MFU; predicted for {model} on {hardware}: "
+            f"{p.tokens_per_s / t.devices:,.0f} tok/s/GPU at {p.mfu:.1%} MFU (plausibility, not accuracy)"
+        )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--tiny", action="store_true", help="a tiny setting end to end: 3 models x 4 trials, quick calibration"
+    )
+    ap.add_argument("--budget-gib", type=float, default=0.8)
+    ap.add_argument("--store", default=str(ROOT / "results/tmp/prediction_accuracy"))
+    ap.add_argument("--out", default=str(ROOT / "results/benchmarks/prediction_accuracy.json"))
+    ap.add_argument("--recalibrate", action="store_true", help="calibrate even if this machine has a calibration")
+    ap.add_argument("--publish", action="store_true", help="write the summary to results/accuracy/cpu.json")
+    ap.add_argument("--plausibility", action="store_true", help="only the GPU plausibility check")
+    ap.add_argument("--memory-only", action="store_true", help="one timed step per trial; score memory and fit/oom")
+    ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
+    args = ap.parse_args()
+    from analysis.accuracy import render, score, summary
+    from suite import store
+
+    out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
+    if not args.plausibility:
+        ts = trials(args.tiny, args.budget_gib, args.memory_only)
+        out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
+        print(f"calibration: {out['calibration']}", flush=True)
+        recs = measure(ts, Path(args.store))
+        scored = [dict(r, _file=r.get("trial_id", "")) for r in recs if r["outcome"] in ("ok", "oom")]
+        df = score(scored)
+        s = summary(df)
+        s["source"] = f"benchmarks/prediction_accuracy.py ({args.note or 'no note'})"
+        if args.memory_only:  # one timed step: its times are not figures
+            for q in ("step_time_err_pct", "micro_err_pct", "boundary_err_pct", "optimizer_err_pct"):
+                s.pop(q, None)
+                for per in s["per_method"].values():
+                    per.pop(q, None)
+            s["spearman"], s["spearman_min"] = [], None
+        print(render(s, "cpu"))
+        out["summary"] = s
+        out["records"] = df.drop(columns=["file"]).to_dict("records")
+        out["outcomes"] = {o: sum(r["outcome"] == o for r in recs) for o in sorted({r["outcome"] for r in recs})}
+        if args.publish:
+            from suite.predict import ACCURACY_DIR
+
+            ACCURACY_DIR.mkdir(parents=True, exist_ok=True)
+            (ACCURACY_DIR / "cpu.json").write_text(json.dumps(s, indent=1))
+    if not args.tiny:
+        out["plausibility"] = plausibility()
+    out["provenance"] = store.provenance("cpu")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

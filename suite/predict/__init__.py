@@ -1,0 +1,162 @@
+"""The predictor: memory per rank and step time in seconds of any trial, before it runs.
+
+    p = Predictor().predict(trial)     # a Prediction: peaks, fit, step and its parts, sources
+    Predictor().estimate(trial)        # the search's interface (suite.estimate.Estimator)
+
+Four modules, one concern each:
+
+    trace.py    one micro-step of the real model under fake tensors: activations, FLOPs,
+                bytes and shapes of every operator, affine in the micro-batch
+    memory.py   the engine's model states as it lays them out (DeepSpeed ZeRO 0-3, offload,
+                FSDP2), with their sources; peaks of the build and of the timed window
+    timing.py   the step's parts under a roofline, collectives and the optimizer
+    machine.py  the hardware's constants: datasheet (GPU) or calibration (`calibrate.py`)
+
+What a prediction reports, and how it compares with what the worker measures:
+
+    peak_mem_gib         the timed window's peak as the worker reports it: a GPU's
+                         max_memory_allocated (tensors, cuBLAS workspaces); a CPU worker's
+                         resident memory above its imported runtime (tensors + the runtime
+                         the trial adds, calibrated per engine)
+    build_peak_mem_gib   the same while the model is built and the engine initialised
+    device_gib           what must fit in the device: the larger peak, plus on a GPU the
+                         CUDA context and NCCL buffers and the allocator's slack, on a CPU
+                         worker the part of its RLIMIT_DATA budget beyond resident memory
+    fits                 device_gib <= hardware.mem_gib (a CPU worker without a budget fits)
+    step_time_s          (GAS-1) * t_micro + t_boundary + t_optimizer, as suite.metrics composes it
+
+A prediction is a prediction: `suite-predict` and the report label it so, show it with the
+error measured so far (`published_error`) and never mix it with measured figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.config import Trial
+from suite.estimate import Estimate
+from suite.predict import memory, timing
+from suite.predict.machine import GIB, Machine, machine_for
+from suite.predict.trace import model_flops, traced
+
+ACCURACY_DIR = Path(__file__).resolve().parents[2] / "results" / "accuracy"
+
+
+@dataclass
+class Prediction:
+    trial_id: str
+    peak_mem_gib: float
+    build_peak_mem_gib: float
+    model_states_gib: float
+    device_gib: float
+    capacity_gib: float
+    fits: bool
+    step_time_s: float
+    t_micro_s: float
+    t_boundary_s: float
+    t_optimizer_s: float
+    tokens_per_s: float
+    mfu: float | None
+    host_gib: float
+    """Per rank in the host's memory under offload (GPU); 0 otherwise."""
+    machine: str
+    memory_terms: dict[str, list] = field(default_factory=dict)
+    time_detail: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+class Predictor:
+    """Predictions for trials; `host` picks whose calibration a CPU trial uses (default: this
+    machine's), `nodes`/`network` how a multi-node trial's nodes are joined."""
+
+    def __init__(self, network: timing.Network | None = None, host: str | None = None):
+        self.network = network or timing.Network()
+        self.host = host
+        self._machines: dict[str, Machine] = {}
+
+    def machine(self, t: Trial) -> Machine:
+        if t.hardware.name not in self._machines:
+            self._machines[t.hardware.name] = machine_for(t, self.host)
+        return self._machines[t.hardware.name]
+
+    def predict(self, t: Trial) -> Prediction:
+        from suite.metrics import peak_flops
+
+        m = self.machine(t)
+        me = t.methods
+        tr = traced(t.model, me.attention, me.recompute, t.precision)
+        lay = memory.layout(t, tr)
+        timed, build = lay.timed_peak(), lay.build_peak()
+        cpu = m.kind == "cpu"
+        if cpu:
+            engine = getattr(me, "engine", "deepspeed")
+            key = "fsdp2" if engine == "fsdp2" else f"zero{me.zero_stage}"
+            runtime = m.runtime_bytes.get(key, m.runtime_bytes.get("zero0", 0.0))
+            host = memory.Layout.total(lay.host)  # one memory on a CPU worker
+            peak, build_peak = timed + host + runtime, build + runtime
+            device = max(peak, build_peak) + m.data_margin_bytes
+            host_gib = 0.0
+        else:
+            counted = sum(v[0] for v in m.overhead.values() if v[2])
+            fixed = sum(v[0] for v in m.overhead.values() if not v[2])
+            peak, build_peak = timed + counted, build + counted
+            device = max(peak, build_peak) * m.reserved_ratio + fixed
+            host_gib = memory.Layout.total(lay.host) / GIB
+        capacity = t.hardware.mem_gib
+        fits = capacity <= 0 or device / GIB <= capacity
+        parts = timing.step_parts(t, tr, m, t.nodes, self.network)
+        step = parts.step_time_s
+        tokens = t.model.recipe.global_batch * t.tokens_per_sample
+        tokens_per_s = tokens / step if step and not math.isnan(step) else math.nan
+        peak_f = peak_flops(t)
+        flops_per_token = model_flops(t.model, me.attention) / t.tokens_per_sample
+        mfu = flops_per_token * tokens_per_s / (t.devices * peak_f) if peak_f and not math.isnan(tokens_per_s) else None
+        terms = {
+            "steady": [[x.name, x.bytes / GIB, x.source] for x in lay.steady],
+            "backward": [[x.name, x.bytes / GIB, x.source] for x in lay.backward],
+            "boundary": [[x.name, x.bytes / GIB, x.source] for x in lay.boundary],
+            "optimizer": [[x.name, x.bytes / GIB, x.source] for x in lay.optimizer],
+            "build": [[x.name, x.bytes / GIB, x.source] for x in lay.build],
+            "host": [[x.name, x.bytes / GIB, x.source] for x in lay.host],
+            "activations": [["traced micro-step", lay.activations / GIB, "suite.predict.trace"]],
+        }
+        return Prediction(
+            trial_id=t.id,
+            peak_mem_gib=peak / GIB,
+            build_peak_mem_gib=build_peak / GIB,
+            model_states_gib=lay.states() / GIB,
+            device_gib=device / GIB,
+            capacity_gib=capacity,
+            fits=fits,
+            step_time_s=step,
+            t_micro_s=parts.t_micro,
+            t_boundary_s=parts.t_boundary,
+            t_optimizer_s=parts.t_optimizer,
+            tokens_per_s=tokens_per_s,
+            mfu=mfu,
+            host_gib=host_gib,
+            machine=m.source,
+            memory_terms=terms,
+            time_detail=parts.detail,
+        )
+
+    def estimate(self, t: Trial) -> Estimate:
+        """The search's interface: what must fit, the part no micro-batch changes, seconds per step."""
+        p = self.predict(t)
+        return Estimate(p.device_gib, p.model_states_gib, p.step_time_s)
+
+
+def published_error(kind: str) -> dict | None:
+    """The accuracy measured so far for predictions of `kind` (cpu, cuda): the summary
+    `suite-report accuracy --publish` commits under results/accuracy/, or None."""
+    path = ACCURACY_DIR / f"{kind}.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())

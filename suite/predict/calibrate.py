@@ -1,0 +1,415 @@
+"""`suite-predict calibrate`: measure this machine's constants for one hardware profile, with
+microbenchmarks only, never with the trials the predictor is scored against.
+
+The microbenchmarks run in as many processes as the profile has devices, each started like a
+trial's rank (`suite.launch.worker_env`: the same thread counts and allocator settings), all at
+once, so that they share the machine as a trial's ranks do; each figure is the slowest rank's:
+
+    matmul         FLOP/s of torch.mm on a grid of shapes (M, N, K), per dtype
+    attention      FLOP/s of scaled_dot_product_attention, forward and backward, causal, by
+                   (sequence, head dim)
+    memory         bytes/s of an elementwise add (two reads, one write), from sizes that stay in
+                   cache to sizes that stream from memory; on a GPU also
+                   the copies between pinned host memory and the device (offload)
+    op overhead    seconds per operator of a tiny module's forward and backward, over the
+                   operators it dispatches: what an operator costs beyond its work
+    collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
+                   4 KiB to 16 MiB, fitted as latency + bytes * steps / (N * bus_bps)
+    adam           parameters per second of torch's AdamW (foreach; fused) and DeepSpeed's own
+                   (FusedAdam; DeepSpeedCPUAdam), where available
+
+and, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
+parameters under each engine give the resident memory a trial holds beyond its tensors; one
+bisection of the memory budget on the same trial gives how much more of the RLIMIT_DATA budget
+than resident memory a worker uses. `--quick` measures fewer points and one engine (for tests).
+
+The result is stored as results/calibration/<host>/<hardware>.json (`suite.predict.machine`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from suite.config import Trial
+from suite.predict.machine import Machine
+
+GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
+"""Matrix sides measured (M, N and K each); a 16-bit CPU grid stops at 1024 (no matrix unit:
+a 4096-cube takes minutes)."""
+ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32, 64])}
+MEMORY_ELEMENTS = {"full": [2**14, 2**17, 2**20, 2**24], "quick": [2**16, 2**24]}
+"""Elementwise sizes: from cache-resident to memory-bound (the last one is `memory_bps`)."""
+COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
+
+
+def _timeit(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> float:
+    """Seconds per call: the best of `reps` rounds of enough calls to last `min_s` (or of
+    `calls` calls: a collective needs the same count on every rank)."""
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    one = time.perf_counter() - t0  # the first call warms up; a long one is its own sample
+    best = math.inf if calls or one < min_s else one
+    n = calls or max(1, int(min_s / max(one, 1e-9)))
+    reps = reps if best == math.inf else reps - 1
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
+    """The microbenchmarks of one rank; collective figures need every rank running them."""
+    import torch
+    import torch.distributed as dist
+
+    from suite.methods import DTYPES
+
+    cuda = device == "cuda"
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:  # as the worker sets them: fp32 matmuls run on tensor cores where the profile says tf32
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def barrier():
+        if world > 1:
+            dist.barrier()
+
+    out: dict = {"matmul": {}, "attention": [], "collectives": {}, "adam": {}}
+    for dtype in dtypes:
+        rows = []
+        sides = GRID[mode] if cuda or dtype == "fp32" else [x for x in GRID[mode] if x <= 1024]
+        for m in sides:
+            for n in sides:
+                for k in sides:
+                    a = torch.randn(m, k, device=dev, dtype=DTYPES[dtype])
+                    b = torch.randn(k, n, device=dev, dtype=DTYPES[dtype])
+                    barrier()
+                    s = _timeit(lambda a=a, b=b: torch.mm(a, b), sync)
+                    rows.append([m, n, k, 2 * m * n * k / s])
+        out["matmul"][dtype] = rows
+    seqs, dims = ATTENTION[mode]
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    for s in seqs:
+        for d in dims:
+            shape = (1, 8, s, d)
+            q, k, v = (torch.randn(shape, device=dev, dtype=DTYPES[dtypes[0]], requires_grad=True) for _ in range(3))
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            g = torch.randn_like(o)
+            barrier()
+            fwd = _timeit(
+                lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), sync
+            )
+            barrier()
+            bwd = _timeit(lambda o=o, q=q, k=k, v=v, g=g: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), sync)
+            # A causal kernel does half the FLOPs counted for it (timing.py applies the same half).
+            f = 0.5 * sdpa_flop_count(shape, shape, shape)
+            bwd_f = 0.5 * sdpa_backward_flop_count(shape, shape, shape, shape)
+            out["attention"].append([s, d, f / fwd, bwd_f / bwd])
+    curve = []
+    for size in MEMORY_ELEMENTS[mode]:
+        x, y, z = (torch.randn(size, device=dev) for _ in range(3))
+        barrier()
+        curve.append([3 * 4 * size, 3 * 4 * size / _timeit(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
+    out["memory_curve"], out["memory_bps"] = curve, curve[-1][1]
+    out["op_overhead_s"] = _op_overhead(dev, sync)
+    if cuda:  # offload's copies: pinned host memory to the device and back
+        host = torch.empty(size, pin_memory=True)
+        barrier()
+        down = _timeit(lambda: x.copy_(host, non_blocking=True), sync)
+        up = _timeit(lambda: host.copy_(x, non_blocking=True), sync)
+        out["host_bps"] = 4 * size / max(down, up)
+    if world > 1:
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            points = _collective(kind, mode, dev, world, sync)
+            if points:
+                out["collectives"][kind] = points
+    out["adam"] = _adam(mode, dev, sync, barrier)
+    return out
+
+
+def _op_overhead(dev, sync) -> float:
+    """Seconds per dispatched operator of a tiny module's forward and backward (work ~ 0)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU()) for _ in range(8)]
+    net = torch.nn.Sequential(*layers).to(dev)
+    x = torch.randn(2, 8, device=dev)
+
+    def step():
+        net(x).sum().backward()
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        step()
+    return _timeit(step, sync) / Count.n
+
+
+def _collective(kind: str, mode: str, dev, world: int, sync) -> list[list[float]]:
+    import torch
+    import torch.distributed as dist
+
+    points = []
+    for nbytes in COLLECTIVE_BYTES[mode]:
+        n = nbytes // 4
+        n -= n % world
+        buf = torch.ones(n, device=dev)
+        if kind == "all_reduce":
+            fn = lambda buf=buf: dist.all_reduce(buf)  # noqa: E731
+        elif kind == "all_gather":
+            part = torch.ones(n // world, device=dev)
+            fn = lambda buf=buf, part=part: dist.all_gather_into_tensor(buf, part)  # noqa: E731
+        else:
+            part = torch.ones(n // world, device=dev)
+            fn = lambda buf=buf, part=part: dist.reduce_scatter_tensor(part, buf)  # noqa: E731
+        try:
+            dist.barrier()
+            s = _timeit(fn, sync, calls=max(2, min(50, 2**22 // nbytes)))
+        except (RuntimeError, NotImplementedError, ValueError):  # not supported by this backend
+            return []
+        points.append([4 * n, s])
+    return points
+
+
+def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
+    """Parameters per second of each AdamW the worker may step with."""
+    import torch
+
+    n = 2**20 if mode == "quick" else 2**22
+    params = [torch.nn.Parameter(torch.randn(n // 16, device=dev)) for _ in range(16)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    makers = {"torch": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True)}
+    if dev.type == "cuda":
+        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)
+    if mode == "full":
+        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)
+
+        def deepspeed_adam(ps):
+            if dev.type == "cuda":
+                from deepspeed.ops.adam import FusedAdam
+
+                return FusedAdam(ps, lr=1e-4)
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            return DeepSpeedCPUAdam(ps, lr=1e-4)
+
+        makers["deepspeed"] = deepspeed_adam
+    out = {}
+    for name, make in makers.items():
+        try:
+            opt = make(params)
+        except Exception as e:  # noqa: BLE001 - an op that cannot be built here is left out
+            print(f"calibrate: {name} AdamW unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        barrier()
+        out[name] = n / _timeit(opt.step, sync, min_s=0.1)
+    return out
+
+
+def worker_main(spec_path: str, out_path: str) -> None:
+    """One rank of the microbenchmarks (run by `calibrate`, like a trial's rank)."""
+    import torch.distributed as dist
+
+    with open(spec_path) as f:
+        spec = json.load(f)
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if world > 1:
+        dist.init_process_group("nccl" if spec["device"] == "cuda" else "gloo")
+    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world, spec.get("tf32", False))
+    if world > 1:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, res)
+    else:
+        gathered = [res]
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(gathered, f)
+    os._exit(0)
+
+
+def _slowest(results: list[dict]) -> dict:
+    """Each figure from the slowest rank: throughputs at their minimum, times at their maximum."""
+    first = results[0]
+    out = {"matmul": {}, "attention": [], "collectives": {}, "adam": {}}
+    for dtype, rows in first["matmul"].items():
+        out["matmul"][dtype] = [
+            row[:3] + [min(r["matmul"][dtype][i][3] for r in results)] for i, row in enumerate(rows)
+        ]
+    out["attention"] = [
+        row[:2] + [min(r["attention"][i][2] for r in results), min(r["attention"][i][3] for r in results)]
+        for i, row in enumerate(first["attention"])
+    ]
+    out["memory_bps"] = min(r["memory_bps"] for r in results)
+    out["memory_curve"] = [
+        [p[0], min(r["memory_curve"][i][1] for r in results)] for i, p in enumerate(first["memory_curve"])
+    ]
+    out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
+    out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
+    for kind, pts in first["collectives"].items():
+        out["collectives"][kind] = [
+            [p[0], max(r["collectives"][kind][i][1] for r in results)] for i, p in enumerate(pts)
+        ]
+    for name in first["adam"]:
+        out["adam"][name] = min(r["adam"].get(name, math.inf) for r in results)
+    return out
+
+
+def fit_collective(points: list[list[float]], world: int, kind: str) -> list[float]:
+    """[latency, bus bytes/s] by least squares of t = latency + x / bus, x = bytes * steps / N."""
+    from suite.predict.timing import COLLECTIVE_STEPS
+
+    steps = COLLECTIVE_STEPS[kind](world)
+    xs = [p[0] * steps / world for p in points]
+    ts = [p[1] for p in points]
+    n = len(xs)
+    mx, mt = sum(xs) / n, sum(ts) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)) / sxx if sxx else 0.0
+    latency = max(mt - slope * mx, min(ts) * 0.5)
+    slope = slope if slope > 0 else max(ts) / max(xs)
+    return [latency, 1.0 / slope]
+
+
+def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
+    from suite.launch import free_port, small_thread_stacks, worker_env
+
+    with tempfile.TemporaryDirectory(prefix="calibrate-") as d:
+        spec, out = os.path.join(d, "spec.json"), os.path.join(d, "out.json")
+        with open(spec, "w") as f:
+            json.dump({"mode": mode, "device": t.hardware.device, "dtypes": dtypes, "tf32": t.hardware.tf32}, f)
+        port = free_port()
+        procs = []
+        for rank in range(t.hardware.count):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "suite.predict.calibrate", "--worker", spec, out],
+                    env=worker_env(t, rank, port),
+                    preexec_fn=small_thread_stacks if t.hardware.device == "cpu" else None,
+                )
+            )
+        codes = [p.wait() for p in procs]
+        if any(codes) or not os.path.exists(out):
+            raise RuntimeError(f"calibration ranks failed (exit codes {codes})")
+        with open(out) as f:
+            return json.load(f)
+
+
+def minimal_trial(t: Trial, engine: dict, mem_gib: float = 0.0) -> Trial:
+    """A trial of a model with almost no parameters on `t`'s hardware: what the worker's
+    runtime holds, with nearly no tensors."""
+    m = replace(
+        t.model,
+        name="calibration-minimal",
+        hidden=8,
+        layers=1,
+        heads=1,
+        kv_heads=0,
+        intermediate=8,
+        vocab=16,
+        recipe=replace(t.model.recipe, global_batch=t.devices, seq_len=8, precision="fp32"),
+    )
+    methods = replace(t.methods, offload="none", recompute="none", micro_batch=1, compile=False, precision="recipe")
+    methods = replace(methods, **engine)
+    measure = replace(t.measure, warmup_steps=1, timed_steps=2, max_micro_steps=1, timeout_s=300)
+    return replace(t, model=m, methods=methods, measure=measure, hardware=replace(t.hardware, mem_gib=mem_gib))
+
+
+def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
+    """(resident bytes of the runtime per engine, budget margin bytes), from real minimal trials."""
+    from suite.launch import run_trial
+
+    engines = {f"zero{z}": {"zero_stage": z} for z in ([0] if mode == "quick" else [0, 1, 2, 3])}
+    if mode == "full" and hasattr(t.methods, "engine"):  # the schema has a second engine
+        engines["fsdp2"] = {"engine": "fsdp2", "zero_stage": 0}
+    runtime: dict[str, float] = {}
+    for key, engine in engines.items():
+        o = run_trial(minimal_trial(t, engine))
+        if o.outcome != "ok":
+            raise RuntimeError(f"the minimal {key} trial ended {o.outcome}: {o.message}")
+        runtime[key] = o.metrics["peak_mem_gib"] * 2**30
+        log(f"calibrate: runtime memory under {key}: {runtime[key] / 2**20:.1f} MiB")
+    if mode == "quick" or t.hardware.device != "cpu":
+        return runtime, 0.0
+    # The smallest budget the minimal ZeRO-0 trial fits in, to 4 MiB: bisection on real outcomes.
+    lo, hi = runtime["zero0"], runtime["zero0"] + 256 * 2**20
+    zero0 = engines["zero0"]
+    if run_trial(minimal_trial(t, zero0, hi / 2**30)).outcome != "ok":
+        raise RuntimeError("the minimal trial does not fit 256 MiB above its resident memory")
+    while hi - lo > 4 * 2**20:
+        mid = (lo + hi) / 2
+        if run_trial(minimal_trial(t, zero0, mid / 2**30)).outcome == "ok":
+            hi = mid
+        else:
+            lo = mid
+    margin = hi - runtime["zero0"]
+    log(f"calibrate: memory budget beyond resident memory: {margin / 2**20:.1f} MiB")
+    return runtime, margin
+
+
+def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
+    """Measure the constants of `t.hardware` on this machine."""
+    mode = "quick" if quick else "full"
+    if t.hardware.device == "cuda":
+        dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
+    else:
+        dtypes = ["fp32"] if quick else ["fp32", "bf16"]
+    log(f"calibrate: microbenchmarks in {t.hardware.count} process(es) ({mode})")
+    res = _slowest(_run_ranks(t, mode, dtypes))
+    colls = {k: fit_collective(v, t.hardware.count, k) for k, v in res["collectives"].items()}
+    if colls and "reduce_scatter" not in colls:
+        colls["reduce_scatter"] = colls["all_gather"] if "all_gather" in colls else colls["all_reduce"]
+    if colls and "all_gather" not in colls:
+        colls["all_gather"] = colls["all_reduce"]
+    notes = [f"collectives measured: {', '.join(sorted(res['collectives']))}"] if colls else []
+    runtime, margin = ({}, 0.0)
+    if t.hardware.device == "cpu":
+        runtime, margin = runtime_memory(t, mode, log)
+    if quick:
+        notes.append("quick calibration: few points, the runtime memory of ZeRO-0 only; for tests, not for figures")
+    host = socket.gethostname()
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) // t.hardware.count))
+    return Machine(
+        kind=t.hardware.device,
+        source=f"calibrated on {host} at {date} ({mode}, {t.hardware.count} ranks, {threads} threads each)",
+        ranks=t.hardware.count,
+        matmul=res["matmul"],
+        attention=res["attention"],
+        memory_bps=res["memory_bps"],
+        memory_curve=res["memory_curve"],
+        op_overhead_s=res["op_overhead_s"],
+        collectives=colls,
+        adam_elements_per_s=res["adam"],
+        host_bps=res["host_bps"] if math.isfinite(res["host_bps"]) else 0.0,
+        runtime_bytes=runtime,
+        data_margin_bytes=margin,
+        notes=notes,
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2], sys.argv[3])

@@ -1,0 +1,260 @@
+"""The constants a prediction for one hardware profile uses, each with where it comes from.
+
+A GPU profile's constants come from its datasheet (`conf/gpu/*.yaml`: peak FLOP/s, memory,
+link and host bandwidths) and from the published defaults of the libraries the worker runs
+(below); a machine that ran `suite-predict calibrate` uses what it measured instead. A CPU
+worker has no datasheet: its constants are always measured (`suite.predict.calibrate`), and
+stored per machine under `results/calibration/<host>/<key>.json` (`calibration_key`).
+
+GPU defaults and their sources:
+
+    matmul efficiency      0.75 of the dense peak, as PyTorch's own roofline estimate assumes
+                           (torch/utils/_runtime_estimation.py, flops_to_ns)
+    per-operator overhead  10 us: the host-side cost of one eager PyTorch operator ("Making
+                           Deep Learning Go Brrrr From First Principles", H. He, 2022)
+    collective latency     NCCL's own model (src/graph/tuning.cc, ncclTunerConstantsDefaults,
+                           as carried in torch/_inductor/comm_analysis.py): ring, Simple
+                           protocol, 8.4 us base + 3.4 us (NVLink) / 5.7 us (PCIe) per step,
+                           14 us per step between nodes
+    CUDA context           274 MiB with lazy module loading, PyTorch's default since 1.13
+                           (287,047,680 bytes measured in pytorch/pytorch#86509)
+    cuBLAS workspaces      cuBLASLt 1 MiB, 4 MiB on Ampere with >= 24 GB, 32 MiB on Hopper;
+                           cuBLAS 8.0 MiB (":4096:2:16:8"), 32 MiB on Hopper (":4096:8")
+                           (aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp; allocated
+                           through the caching allocator, so in memory_allocated)
+    NCCL buffers           NCCL_BUFFSIZE, 4 MiB per peer and channel (NCCL docs,
+                           Environment Variables); a ring has 2 peers; 16 channels assumed
+                           over NVLink, 2 over PCIe: 128 MiB / 16 MiB (not in memory_allocated)
+    allocator slack        reserved over allocated memory, 1.0 until a GPU record measures it
+                           (the report's `reserved_ratio`); the caching allocator rounds
+                           blocks above 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp)
+
+A GPU host's CPU Adam (offload) has no datasheet: it is this machine's, if calibrated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from suite.config import Trial
+
+GIB = 2**30
+MIB = 2**20
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "results" / "calibration"
+GPU_MATMUL_EFFICIENCY = 0.75
+GPU_OP_OVERHEAD_S = 10e-6
+NCCL_BASE_LATENCY_S = 8.4e-6
+NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
+CUDA_CONTEXT_BYTES = 287_047_680
+NCCL_BUFFSIZE = 4 * MIB
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    source: str
+
+
+@dataclass
+class Machine:
+    """What one hardware profile computes, moves and keeps, as a prediction needs it."""
+
+    kind: str
+    """cpu or cuda."""
+    source: str
+    """Datasheet, or the calibration (host, date) these constants come from."""
+    ranks: int
+    """Processes the constants were measured with (hardware.count)."""
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    """GPU: dense peak FLOP/s per dtype (datasheet)."""
+    matmul_efficiency: float = GPU_MATMUL_EFFICIENCY
+    matmul: dict[str, list[list[float]]] = field(default_factory=dict)
+    """CPU: measured [M, N, K, FLOP/s] per dtype."""
+    attention: list[list[float]] = field(default_factory=list)
+    """CPU: measured [seq, head_dim, forward FLOP/s, backward FLOP/s] of scaled_dot_product_attention."""
+    memory_bps: float = 0.0
+    """Bytes per second an elementwise operator streams from memory."""
+    memory_curve: list[list[float]] = field(default_factory=list)
+    """Measured [bytes moved, bytes/s] of elementwise operators by size (cache effects); empty:
+    `memory_bps` at every size."""
+    op_overhead_s: float = GPU_OP_OVERHEAD_S
+    """Seconds each operator costs beyond its work (dispatch, Python)."""
+    collectives: dict[str, list[float]] = field(default_factory=dict)
+    """[latency s, bus bytes/s] of all_reduce, all_gather and reduce_scatter among `ranks`."""
+    link: str = ""
+    adam_elements_per_s: dict[str, float] = field(default_factory=dict)
+    """Optimizer step throughput: "torch" (torch AdamW, foreach), "deepspeed" (FusedAdam, or
+    DeepSpeedCPUAdam on the host), "torch_fused" (torch AdamW fused=True)."""
+    host_bps: float = 0.0
+    """Device-host copy bandwidth (offload), bytes/s."""
+    runtime_bytes: dict[str, float] = field(default_factory=dict)
+    """CPU: the worker's resident memory above its imported runtime with a model of almost no
+    parameters, per engine ("zero0".."zero3", "fsdp2"): what a trial holds beyond its tensors."""
+    data_margin_bytes: float = 0.0
+    """CPU: how much more of the RLIMIT_DATA budget than resident memory a worker uses
+    (thread stacks, allocator arenas): fit/oom is decided on the budget."""
+    overhead: dict[str, list] = field(default_factory=dict)
+    """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
+    reserved_ratio: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Machine:
+        return cls(**d)
+
+
+def _gpu_overhead(t: Trial) -> dict[str, list]:
+    hw = t.hardware
+    hopper = any(k in hw.gpu for k in ("H100", "H200", "GH200"))
+    ampere_big = any(k in hw.gpu for k in ("A100", "A6000", "3090", "A40", "L40", "4090")) and hw.mem_gib >= 24
+    lt = 32 * MIB if hopper else 4 * MIB if ampere_big else MIB
+    blas = 32 * MIB if hopper else 4 * MIB * 2 + 16 * 1024 * 8
+    channels = 16 if hw.link.startswith("nvlink") else 2
+    return {
+        "CUDA context": [CUDA_CONTEXT_BYTES, "pytorch/pytorch#86509 (lazy module loading)", False],
+        "cuBLAS workspaces": [lt + blas, "aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp", True],
+        "NCCL buffers": [
+            2 * channels * NCCL_BUFFSIZE if t.devices > 1 else 0,
+            f"NCCL_BUFFSIZE 4 MiB x 2 peers x {channels} channels (NCCL docs)",
+            False,
+        ],
+    }
+
+
+def datasheet(t: Trial) -> Machine:
+    """A GPU profile's constants from its datasheet and the libraries' published defaults."""
+    hw = t.hardware
+    if hw.device != "cuda":
+        raise ValueError(f"{hw.name} is not a GPU profile: calibrate it (suite-predict calibrate hardware={hw.name})")
+    missing = [k for k in ("memory_gbps", "link_gbps", "host_gbps") if not getattr(hw, k)]
+    if missing or not hw.peak_tflops:
+        raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/gpu profile")
+    link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
+    latency = NCCL_BASE_LATENCY_S
+    bus = hw.link_gbps * 1e9
+    colls = {name: [latency, bus] for name in ("all_reduce", "all_gather", "reduce_scatter")}
+    peak = {k: v * 1e12 for k, v in hw.peak_tflops.items()}
+    # FusedAdam over fp32 master, grad, exp_avg, exp_avg_sq: read 16 bytes, write 12 (multi_tensor_adam.cu).
+    fused = hw.memory_gbps * 1e9 / 28
+    return Machine(
+        kind="cuda",
+        source=f"{hw.datasheet}; {hw.bandwidth_source}",
+        ranks=hw.count,
+        peak_flops=peak,
+        memory_bps=hw.memory_gbps * 1e9,
+        collectives=colls,
+        link=link,
+        adam_elements_per_s={"deepspeed": fused, "torch_fused": fused, "torch": fused},
+        host_bps=hw.host_gbps * 1e9,
+        overhead=_gpu_overhead(t),
+    )
+
+
+def calibration_key(hw) -> str:
+    """What a calibration is of: a GPU profile by name; CPU workers by their count only (a
+    memory budget changes no constant: cpu-x2 and cpu-x2-1gb share one calibration)."""
+    return f"cpu-x{hw.count}" if hw.device == "cpu" else hw.name
+
+
+def calibration_path(key: str, host: str | None = None) -> Path:
+    root = Path(os.environ.get("SUITE_CALIBRATION_DIR") or CALIBRATION_DIR)
+    return root / (host or socket.gethostname()) / f"{key}.json"
+
+
+def load_calibration(key: str, host: str | None = None) -> Machine | None:
+    path = calibration_path(key, host)
+    if not path.exists():
+        return None
+    return Machine.from_dict(json.loads(path.read_text()))
+
+
+def save_calibration(m: Machine, key: str) -> Path:
+    path = calibration_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(m.to_dict(), indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def host_calibrations() -> list[Machine]:
+    """Every calibration made on this machine."""
+    folder = calibration_path("any").parent
+    return (
+        [Machine.from_dict(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+    )
+
+
+class NotCalibrated(LookupError):
+    pass
+
+
+def machine_for(t: Trial, host: str | None = None) -> Machine:
+    """The constants for this trial's hardware: a calibration of it (this machine's, or `host`'s)
+    if there is one, else the datasheet (GPU). A CPU profile without calibration raises."""
+    key = calibration_key(t.hardware)
+    cal = load_calibration(key, host)
+    if cal is None and host is not None:
+        cal = load_calibration(key)
+    if cal is not None:
+        if t.hardware.device == "cuda":
+            sheet = datasheet(t)
+            sheet.source = f"{sheet.source}; calibrated: {cal.source}"
+            for k in (
+                "matmul",
+                "attention",
+                "memory_bps",
+                "op_overhead_s",
+                "collectives",
+                "adam_elements_per_s",
+                "host_bps",
+            ):
+                if getattr(cal, k):
+                    setattr(sheet, k, getattr(cal, k))
+            for k in ("adam_elements_per_s", "host_bps"):
+                if getattr(cal, k):
+                    setattr(sheet, k, getattr(cal, k))
+            return sheet
+        return cal
+    if t.hardware.device == "cuda":
+        return datasheet(t)
+    raise NotCalibrated(
+        f"{t.hardware.name} ({key}) has no calibration on this machine: "
+        f"run `suite-predict calibrate hardware={t.hardware.name}`"
+    )
+
+
+def interpolate(points: list[list[float]], query: tuple[float, ...]) -> float:
+    """Multilinear interpolation, in log2 of every coordinate and of the value, over measured
+    points [x1, .., xk, value] that form a full grid; clamped to the grid's range."""
+    import itertools
+
+    k = len(query)
+    axes = [sorted({p[i] for p in points}) for i in range(k)]
+    table = {tuple(p[:k]): p[k] for p in points}
+    cell, frac = [], []
+    for i, v in enumerate(query):
+        ax = axes[i]
+        v = min(max(v, ax[0]), ax[-1])
+        j = (
+            max(0, min(len(ax) - 2, next((n for n, a in enumerate(ax) if a >= v), len(ax) - 1) - 1))
+            if len(ax) > 1
+            else 0
+        )
+        a, b = ax[j], ax[min(j + 1, len(ax) - 1)]
+        cell.append((a, b))
+        frac.append(0.0 if a == b else (math.log2(v) - math.log2(a)) / (math.log2(b) - math.log2(a)))
+    total = 0.0
+    for corner in itertools.product((0, 1), repeat=k):
+        weight = math.prod(f if c else 1 - f for c, f in zip(corner, frac, strict=True))
+        if weight:
+            total += weight * math.log2(table[tuple(cell[i][c] for i, c in enumerate(corner))])
+    return 2**total

@@ -1,0 +1,303 @@
+"""Memory per rank of a trial, predicted: the model states each engine keeps, laid out as the
+engine really lays them out, plus the activations traced from the real model.
+
+    timed peak = steady states + max(backward: activations + transients alive with them,
+                                     boundary: gradient-reduction transients,
+                                     optimizer step: its transients)
+    build peak = what building the model and initialising the engine hold at once
+
+`steady` is what stays allocated through every micro-step of the timed window: parameters,
+gradients an engine keeps between micro-steps, fp32 master weights, optimizer moments. The
+activation term comes from `suite.predict.trace` (the micro-step's live bytes beyond the
+model states, at the recipe's micro-batch). Nothing here depends on the architecture: only
+parameter counts (all, per block, the largest) enter.
+
+Notation: P parameters, N ranks sharing the states (`Trial.devices`), w bytes per element of
+the trial's dtype (2 under bf16/fp16, 4 under fp32), B_r and B_a the reduce and all-gather
+bucket sizes in elements (`suite.methods.bucket_sizes`). Every term cites the DeepSpeed 0.19.8
+or PyTorch 2.13 source line it reads (paths below site-packages/), or the layout
+`suite/engines.py` documents for FSDP2.
+
+DeepSpeed ZeRO-0 (plain data parallel), fp32: parameters 4P; gradients 4P, which autograd
+accumulates in p.grad across micro-steps (engine.py:3084-3095: no reduction before the
+boundary); AdamW moments 8P; at the boundary `buffered_allreduce_fallback` flattens the
+gradients into one buffer of up to 5e8 elements (engine.py:3073, 3921-3933). Under bf16/fp16
+the engine wraps the optimizer in `FP16_Optimizer` (engine.py:2313-2321, 2555-2608): the
+16-bit parameters become one flat buffer (fp16/fused_optimizer.py:94-96), an fp32 flat master
+copy 4P (:100), and at the step an fp32 flat copy of the gradients 4P (:286-291).
+
+DeepSpeed ZeRO-1/2 (`DeepSpeedZeroOptimizer`): the parameters become views of one flat
+buffer wP, flattened while the originals still exist, so 2wP at init (stage_1_and_2.py:432,
+503-507, 889-899); an fp32 master partition 4P/N, a copy even under fp32 (:556-557);
+moments 8P/N. Reduce bucket wB_r allocated at each backward (:3256-3270). ZeRO-1 leaves the
+gradients to autograd until the boundary (wP, :2284-2295), then reduces them through the
+bucket into a partition buffer wP/N (:2175-2187). ZeRO-2 reduces every gradient as it is
+produced (:2289-2291, :1414-1460) into the partition buffer wP/N, which lives through the
+step. At the step the partition's gradients are flattened (wP/N, while the buffer still
+holds them) and converted to fp32 (4P/N; `.to` of the same dtype is no copy) (:3108-3139),
+and the updated parameters all-gathered into the flat buffer in place (:3155-3159).
+
+DeepSpeed ZeRO-3 (stage3.py): parameter partitions wP/N (partition_parameters.py), whole
+parameters below `stage3_param_persistence_threshold` elements on every rank, an fp32
+master partition 4P/N (a copy, stage3.py:1168-1172), moments 8P/N, a gradient partition
+buffer wP/N (:791-793), the reduce bucket wB_r (:780-784), the partition's gradient
+flattened and converted to fp32 at the step (:2686-2687), and the gathered parameters: a module's parameters
+are released after it runs only if no module within the next `stage3_max_reuse_distance`
+elements (1e9 by default) uses them again (partitioned_param_coordinator.py:634-664), and
+every parameter of the forward is used again in the backward, so up to 1e9 elements (the
+whole model below that size) stay gathered from forward into backward.
+
+Offload (`offload_optimizer`, ZeRO >= 1): master weights, moments and fp32 gradient
+partitions live in the host's memory (pinned on a GPU); `optimizer+params` (ZeRO-3) moves the
+parameter partitions there too. On a CPU worker host and device are the same memory.
+
+FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N, fp32 gradient shards 4P/N,
+moments 8P/N (torch's fused AdamW, no temporaries); while computing, a unit's parameters
+are gathered whole in the compute dtype, about two units at a time with
+reshard_after_forward, every unit from its forward to its backward without; before the
+boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from suite.config import Trial
+from suite.predict.trace import Trace
+
+ALLREDUCE_BUCKET = 500_000_000
+"""Elements of ZeRO-0's gradient all-reduce buffer (MEMORY_OPT_ALLREDUCE_SIZE, engine.py:3073)."""
+REUSE_DISTANCE = 1_000_000_000
+"""ZeRO-3's stage3_max_reuse_distance default, in elements (zero/config.py:251)."""
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    bytes: float
+    source: str
+
+
+@dataclass
+class Layout:
+    """Where the bytes of one rank are, by when they are alive."""
+
+    steady: list[Term] = field(default_factory=list)
+    """Allocated through the timed window."""
+    backward: list[Term] = field(default_factory=list)
+    """Alive together with the activations (buckets filled during backward)."""
+    boundary: list[Term] = field(default_factory=list)
+    """Alive while gradients are reduced after the boundary backward, activations freed."""
+    optimizer: list[Term] = field(default_factory=list)
+    """Alive during the optimizer step."""
+    build: list[Term] = field(default_factory=list)
+    """The peak of building the model and initialising the engine."""
+    host: list[Term] = field(default_factory=list)
+    """Offloaded to the host's memory (a GPU's host; counted on the device for a CPU worker)."""
+    grads_accumulate: bool = False
+    """Gradients stay in p.grad between micro-steps (counted in `steady`); the first
+    micro-step of a step then holds them as they are produced instead."""
+    activations: float = 0.0
+
+    @staticmethod
+    def total(terms: list[Term]) -> float:
+        return sum(t.bytes for t in terms)
+
+    def timed_peak(self) -> float:
+        return self.total(self.steady) + max(
+            self.activations + self.total(self.backward), self.total(self.boundary), self.total(self.optimizer)
+        )
+
+    def build_peak(self) -> float:
+        return self.total(self.build)
+
+    def states(self) -> float:
+        """The bytes no micro-batch changes: a lower bound of either peak."""
+        return self.total(self.steady)
+
+
+def bytes_per_element(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def _adam_temporaries(t: Trial, elements: float, source_rank: str) -> list[Term]:
+    """Temporaries of the optimizer step beyond its states. DeepSpeed builds its own AdamW
+    when `methods.deepspeed_config` has an "optimizer" section (FusedAdam / DeepSpeedCPUAdam:
+    one fused pass, in place); a torch AdamW handed in with foreach=True keeps one fp32
+    temporary the size of its parameters, sqrt of the second moment
+    (torch/optim/adam.py, `_multi_tensor_adam`: exp_avg_sq_sqrt = torch._foreach_sqrt(...))."""
+    from suite import methods
+
+    cfg = methods.deepspeed_config(t, 1)
+    if "optimizer" in cfg or t.hardware.device == "cuda":
+        return []
+    return [
+        Term(f"AdamW foreach sqrt(v) temporary ({source_rank})", 4 * elements, "torch/optim/adam.py:_multi_tensor_adam")
+    ]
+
+
+def _partition_step(t: Trial, part: float, w: int, buffer: list[Term]) -> list[Term]:
+    """The larger of the step's two moments (stage_1_and_2.py:3108-3139): the partition's
+    gradients are flattened (a copy, while the buffer they come from is still held) and
+    converted to fp32 (a copy unless they are fp32 already: `.to` of the same dtype is the
+    tensor itself); then the buffer is freed and AdamW runs on the fp32 gradient."""
+    flat = Term("flattened gradient partition", w * part, "stage_1_and_2.py:3110-3117")
+    fp32 = [Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:3118")] if w != 4 else []
+    convert = buffer + [flat] + fp32
+    update = (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+    return convert if Layout.total(convert) >= Layout.total(update) else update
+
+
+def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
+    from suite import methods
+
+    me = t.methods
+    n = t.devices
+    w = bytes_per_element(t.precision)
+    p = tr.n_params
+    z = me.zero_stage
+    half = t.precision != "fp32"
+    cpu = t.hardware.device == "cpu"
+    off_opt = me.offload in ("optimizer", "optimizer+params") and not cpu
+    off_par = me.offload == "optimizer+params" and not cpu
+    buckets = methods.bucket_sizes(t) if z >= 1 else {}
+    b_r = buckets.get("reduce_bucket_size", 0)
+    lay = Layout(grads_accumulate=z in (0, 1))
+    built = _built_bytes(t, tr)
+
+    if z == 0:
+        lay.steady.append(Term("parameters", w * p, "engine.py:2080-2094 (module cast to the training dtype)"))
+        lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", w * p, "engine.py:3084-3095"))
+        lay.steady.append(Term("AdamW moments", 8 * p, "torch AdamW / FusedAdam: exp_avg, exp_avg_sq in fp32"))
+        flat = min(p, ALLREDUCE_BUCKET)
+        lay.boundary.append(Term("all-reduce flat buffer", w * flat, "engine.py:3921-3933 buffered_allreduce_fallback"))
+        if half:
+            lay.steady.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
+            lay.optimizer.append(Term("fp32 flat gradients at the step", 4 * p, "fp16/fused_optimizer.py:286-291"))
+            lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+            lay.build.append(Term("16-bit clones flattened", 2 * w * p, "fp16/fused_optimizer.py:94-96"))
+            lay.build.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
+        else:
+            lay.optimizer += _adam_temporaries(t, p, "all parameters")
+            lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+        return lay
+
+    part = p / n
+    if z in (1, 2):
+        lay.steady.append(Term("parameters, one flat buffer", w * p, "stage_1_and_2.py:503-507, 889-899"))
+        opt_terms = [
+            Term("fp32 master partition", 4 * part, "stage_1_and_2.py:556-557"),
+            Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq"),
+        ]
+        (lay.host if off_opt else lay.steady).extend(opt_terms)
+        lay.backward.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
+        buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
+        if z == 1:
+            lay.steady.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
+            lay.boundary += [buffer, Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")]
+        elif t.gas_measured > 1:  # gradients of later micro-steps accumulate into it
+            lay.steady.append(buffer)
+        else:  # allocated by the backward's first reduction, after the activations' peak
+            lay.boundary.append(buffer)
+        if off_opt:
+            lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
+            lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
+            largest = max(tr.param_numels)
+            lay.steady.append(
+                Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660")
+            )
+        else:
+            lay.optimizer = _partition_step(t, part, w, [] if buffer in lay.steady else [buffer])
+        lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+        lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
+        return lay
+
+    # ZeRO-3
+    threshold = buckets.get("stage3_param_persistence_threshold", 0)
+    persistent = sum(x for x in tr.param_numels if x < threshold)
+    sharded = p - persistent
+    where = lay.host if off_par else lay.steady
+    where.append(Term("parameter partitions", w * sharded / n, "runtime/zero/partition_parameters.py (ds_tensor)"))
+    lay.steady.append(
+        Term(
+            "persistent parameters (below the threshold), whole",
+            w * persistent,
+            "stage3.py param_persistence_threshold",
+        )
+    )
+    master = [Term("fp32 master partition (a copy, under fp32 too)", 4 * part, "stage3.py:1168-1172")]
+    opt_terms = master + [Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq")]
+    (lay.host if off_opt else lay.steady).extend(opt_terms)
+    grads = Term("gradient partition buffer", w * part, "stage3.py:791-793")
+    (lay.host if off_opt else lay.steady).append(grads)
+    lay.steady.append(Term("reduce bucket", w * b_r, "stage3.py:780-784"))
+    # A gathered parameter is released only if the modules run within the next
+    # max_reuse_distance elements do not use it again; forward's parameters are used again in
+    # backward, so up to that many stay gathered from forward into backward.
+    live = min(sharded, REUSE_DISTANCE)
+    lay.backward.append(
+        Term(
+            "gathered parameters kept for reuse in backward",
+            w * live,
+            "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)",
+        )
+    )
+    if not off_opt:  # flattened, then converted to fp32 (a copy unless fp32 already)
+        flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
+        fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
+        convert, update = [flat] + fp32, (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+        lay.optimizer = convert if Layout.total(convert) >= Layout.total(update) else update
+    if t.hardware.device == "cuda":
+        lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
+    else:
+        lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+    lay.build.append(Term("optimizer init gradient buffer", 4 * part, "stage3.py:1302-1306"))
+    return lay
+
+
+def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
+    """FSDP2 as suite/engines.py lays it out (fully_shard per block, then the root)."""
+    me = t.methods
+    n = t.devices
+    w = bytes_per_element(t.precision)
+    p = tr.n_params
+    part = p / n
+    lay = Layout(grads_accumulate=False)
+    cpu_offload = me.offload != "none" and t.hardware.device == "cuda"
+    shards = [
+        Term("fp32 parameter shards", 4 * part, "suite/engines.py (fully_shard, fp32 sharded parameters)"),
+        Term("fp32 gradient shards", 4 * part, "suite/engines.py"),
+        Term("AdamW moments of the shards", 8 * part, "suite/engines.py (torch fused AdamW)"),
+    ]
+    (lay.host if cpu_offload else lay.steady).extend(shards)
+    blocks = list(tr.block_numels)
+    root = p - sum(blocks)
+    units = blocks + [root]
+    if getattr(me, "reshard_after_forward", True):
+        two = sorted(units)[-2:]
+        lay.backward.append(Term("two units gathered whole", w * sum(two), "suite/engines.py (reshard_after_forward)"))
+    else:
+        lay.backward.append(Term("every unit gathered from forward to backward", w * p, "suite/engines.py"))
+    if t.gas_measured > 1:
+        lay.steady.append(Term("unsharded fp32 gradients (no_sync)", 4 * p, "suite/engines.py, _fsdp_param.py:802-813"))
+    lay.build.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
+    return lay
+
+
+def layout(t: Trial, tr: Trace) -> Layout:
+    engine = getattr(t.methods, "engine", "deepspeed")
+    lay = fsdp2_layout(t, tr) if engine == "fsdp2" else deepspeed_layout(t, tr)
+    b = t.methods.micro_batch
+    if lay.grads_accumulate and t.gas_measured == 1:
+        grads = next(x for x in lay.steady if x.name.startswith("gradients"))
+        lay.steady.remove(grads)
+        lay.activations = tr.activation_bytes_with_grads(b)
+    else:
+        lay.activations = tr.activation_bytes(b)
+    return lay
+
+
+def _built_bytes(t: Trial, tr: Trace) -> float:
+    """The model as suite/worker.py builds it: in fp32 on its device (the engine casts it to the
+    training dtype afterwards), under ZeRO-3 on CUDA inside deepspeed.zero.Init (partitioned)."""
+    return 4 * tr.n_params

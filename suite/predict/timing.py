@@ -1,0 +1,291 @@
+"""Step time of a trial, predicted in seconds from its parts, composed as the worker measures it:
+
+    step_time = (GAS - 1) * t_micro + t_boundary + t_optimizer        (suite.metrics)
+
+    t_micro    = compute(forward + backward, recomputed forward included) + per-micro-step
+                 communication not hidden behind compute (ZeRO-2, ZeRO-3, FSDP2 gathers)
+    t_boundary = the same micro-step + the reduction of gradients done at the boundary
+                 (DDP and ZeRO-1 after backward; FSDP2's reduce-scatter)
+    t_optimizer = the engine's step: gradient norm, the AdamW update over the states this rank
+                 owns, and what follows it (ZeRO-1/2 all-gather the updated parameters)
+
+Compute is a roofline over every operator of the traced micro-step (`suite.predict.trace`):
+
+    t_op = max(flops / matmul_rate(shape), bytes / memory_rate(bytes)) + op_overhead_s
+
+with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
+peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
+small tensor stays in cache) or the datasheet's bandwidth, and a causal attention kernel doing
+half of the FLOPs counted for it (it skips the blocks above the diagonal). A collective of S
+bytes among N ranks is the ring model NCCL's tuner uses (and gloo's ring algorithms follow):
+
+    t = latency + S * steps / (N * bus_bps),  steps = 2(N-1) all-reduce, N-1 all-gather and reduce-scatter
+
+with latency and bus bandwidth measured (CPU, or a calibrated GPU) or from the datasheet's link
+(GPU); across nodes the bus bandwidth is the smaller of the link and the network per node
+(`cluster.network_gbps`), and every ring step between nodes adds NCCL's network latency.
+How many collectives run, and of which size, follows DeepSpeed's buckets: a bucket is flushed
+when the next gradient would overflow it, and a gradient larger than the bucket goes alone
+(stage_1_and_2.py:1414-1440); each is all-reduced whole (use_multi_rank_bucket_allreduce,
+stage_1_and_2.py:1694-1716). ZeRO-3 all-gathers each module's parameters before its forward
+and, since it keeps them for their reuse in backward up to `stage3_max_reuse_distance`
+elements (partitioned_param_coordinator.py:634-664), again in backward only beyond that.
+Overlap is what the engines do: DeepSpeed ZeRO 0-2 reduce on the compute stream (overlap_comm
+is off below ZeRO-3, zero/config.py:384-386) and so never hide a collective; ZeRO-3
+(overlap_comm on, parameter prefetch) and FSDP2 (prefetched all-gathers, reduce-scatter on its
+own stream) hide communication behind compute on a GPU up to the compute time; a CPU worker
+runs every collective in line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from suite.config import Trial
+from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate
+from suite.predict.memory import bytes_per_element
+from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
+
+COLLECTIVE_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "all_gather": lambda n: n - 1,
+    "reduce_scatter": lambda n: n - 1,
+}
+# Operators DeepSpeed issues per gradient and per bucket while reducing (copy into the bucket,
+# narrow and view; flatten, divide, copy back): dispatch costs like any operator's.
+OPS_PER_GRADIENT = 3
+OPS_PER_BUCKET = 4
+
+
+@dataclass
+class Parts:
+    """A predicted step and its parts, in seconds; `detail` names what each part holds."""
+
+    t_micro: float
+    t_boundary: float
+    t_optimizer: float
+    gas: int
+    detail: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def step_time_s(self) -> float:
+        return (self.gas - 1) * self.t_micro + self.t_boundary + self.t_optimizer
+
+
+@dataclass(frozen=True)
+class Network:
+    """Between nodes (conf/cluster): bandwidth per node and its description."""
+
+    gbps: float = 200.0
+    name: str = "InfiniBand HDR, one 200 Gb/s NIC per node"
+
+
+def compute_seconds(tr: Trace, b: int, m: Machine, dtype: str) -> tuple[float, float, int]:
+    """(forward seconds, backward seconds, operators) of one micro-step of b samples."""
+    out = {"forward": 0.0, "backward": 0.0}
+    n_ops = 0
+    for g in tr.groups:
+        flops, moved = g.flops_at(b), g.bytes_at(b)
+        work = 0.0
+        if g.op in MATMULS and flops:
+            work = flops / _matmul_rate(m, dtype, g.dims_at(b))
+        elif g.op.startswith(ATTENTION_PREFIX) and flops:
+            dims = g.dims_at(b)
+            causal = dims[5] if len(dims) > 5 else 0
+            work = flops * (0.5 if causal else 1.0) / _attention_rate(m, dtype, dims, g.phase)
+        elif flops:
+            work = flops / _matmul_rate(m, dtype, (1, 1024, 1024, 1024))
+        stream = moved / stream_rate(m, moved) if m.memory_bps and moved and g.op not in VIEWS else 0.0
+        out[g.phase] += g.count * (max(work, stream) + m.op_overhead_s)
+        n_ops += g.count
+    return out["forward"], out["backward"], n_ops
+
+
+def stream_rate(m: Machine, nbytes: float) -> float:
+    """Bytes/s of an elementwise operator moving `nbytes`: measured by size where calibrated."""
+    return interpolate(m.memory_curve, (nbytes,)) if m.memory_curve else m.memory_bps
+
+
+def _peak(m: Machine, dtype: str) -> float:
+    key = {"fp32": "tf32" if "tf32" in m.peak_flops else "fp32"}.get(dtype, dtype)
+    return m.peak_flops.get(key) or m.peak_flops.get("fp32", 0.0)
+
+
+def _matmul_rate(m: Machine, dtype: str, dims: tuple[int, ...]) -> float:
+    """FLOP/s of a matrix multiply: measured by shape where calibrated, else the GPU's peak
+    at its matmul efficiency."""
+    table = m.matmul.get(dtype) or (m.matmul.get("fp32") if m.kind == "cpu" else None)
+    if not table:
+        return _peak(m, dtype) * m.matmul_efficiency
+    batch, rows, cols, inner = dims
+    return interpolate(table, (batch * rows, cols, inner))
+
+
+def _attention_rate(m: Machine, dtype: str, dims: tuple[int, ...], phase: str) -> float:
+    if not m.attention:
+        return _matmul_rate(m, dtype, (dims[0] * dims[1], dims[2], dims[3], dims[4]))
+    column = 2 if phase == "forward" else 3
+    return interpolate([[p[0], p[1], p[column]] for p in m.attention], (dims[2], dims[4]))
+
+
+def collective_seconds(m: Machine, kind: str, nbytes: float, n: int, nodes: int = 1, net: Network = Network()) -> float:
+    """One collective of `nbytes` (the whole buffer) among `n` ranks over `nodes` nodes."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    latency, bus = m.collectives[kind]
+    steps = COLLECTIVE_STEPS[kind](n)
+    if nodes > 1:
+        bus = min(bus, net.gbps * 1e9 / 8)
+        inter = (2 if kind == "all_reduce" else 1) * (nodes - 1)
+        latency += inter * NCCL_STEP_LATENCY_S["net"]
+    if m.kind == "cuda":
+        latency += (steps - (2 if kind == "all_reduce" else 1) * (nodes - 1)) * NCCL_STEP_LATENCY_S[m.link or "pcie"]
+    return latency + nbytes * steps / (n * bus)
+
+
+def bucket_flushes(numels: list[int], bucket: int) -> list[int]:
+    """Sizes (elements) of DeepSpeed's reductions of gradients arriving in `numels` order."""
+    out, current = [], 0
+    for x in numels:
+        if bucket and current + x > bucket:
+            if current:
+                out.append(current)
+            current = 0
+        if bucket and x > bucket:
+            out.append(x)
+            continue
+        current += x
+    if current:
+        out.append(current)
+    return out
+
+
+def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = Network()) -> Parts:
+    from suite import methods
+
+    me = t.methods
+    b, n, w = me.micro_batch, t.devices, bytes_per_element(t.precision)
+    p = tr.n_params
+    fwd, bwd, _ = compute_seconds(tr, b, m, t.precision)
+    compute = fwd + bwd
+    detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd}
+    engine = getattr(me, "engine", "deepspeed")
+    z = me.zero_stage if engine == "deepspeed" else None
+    cuda = m.kind == "cuda"
+
+    def coll(kind: str, sizes: list[float]) -> float:
+        return sum(collective_seconds(m, kind, s, n, nodes, net) for s in sizes)
+
+    def copies(nbytes: float) -> float:  # a copy reads and writes every byte
+        return 2 * nbytes / m.memory_bps if m.memory_bps else 0.0
+
+    grads_in_order = list(reversed(tr.param_numels))  # backward produces gradients last layer first
+    bucket = methods.bucket_sizes(t).get("reduce_bucket_size", 0) if z else 0
+    micro_comm = boundary_comm = 0.0
+    if z == 0:
+        boundary_comm = coll("all_reduce", [w * p]) + copies(2 * w * p) + OPS_PER_BUCKET * m.op_overhead_s
+    elif z in (1, 2):
+        flushes = bucket_flushes(grads_in_order, bucket)
+        reduce = coll("all_reduce", [w * x for x in flushes])
+        reduce += (
+            copies(2 * w * p)
+            + (OPS_PER_BUCKET * len(flushes) + OPS_PER_GRADIENT * len(tr.param_numels)) * m.op_overhead_s
+        )
+        detail["reductions"] = len(flushes)
+        if z == 1:
+            boundary_comm = reduce
+        else:
+            micro_comm = reduce
+    elif z == 3:
+        from suite.predict.memory import REUSE_DISTANCE
+
+        threshold = methods.bucket_sizes(t).get("stage3_param_persistence_threshold", 0)
+        units = [sum(x for x in mod if x >= threshold) for mod in tr.module_params]
+        units = [u for u in units if u]
+        sharded = sum(units)
+        # Gathered once in forward; again in backward only what the reuse distance let go.
+        passes = 1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0
+        gathers = passes * coll("all_gather", [w * u for u in units])
+        flushes = bucket_flushes(
+            [x for mod in reversed(tr.module_params) for x in reversed(mod) if x >= threshold], bucket
+        )
+        scatter = coll("reduce_scatter", [w * x for x in flushes])
+        overhead = (passes * len(units) + OPS_PER_BUCKET * len(flushes)) * m.op_overhead_s
+        detail["all_gathers"] = passes * len(units)
+        comm = gathers + scatter
+        micro_comm = (max(0.0, comm - compute) if cuda else comm) + overhead
+    elif engine == "fsdp2":
+        units = list(tr.block_numels) + [p - sum(tr.block_numels)]
+        # Gathered before each unit's forward, and again before its backward when resharded
+        # after forward (the recomputed forward runs inside the backward's gather).
+        passes = 2 if getattr(me, "reshard_after_forward", True) else 1
+        gathers = coll("all_gather", [w * u for u in units]) * passes
+        micro_comm = max(0.0, gathers - compute) if cuda else gathers
+        scatter = coll("reduce_scatter", [4 * u for u in units])
+        boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
+
+    t_micro = compute + micro_comm
+    t_boundary = compute + micro_comm + boundary_comm
+    detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
+
+    t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
+    detail.update(opt_detail)
+    return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
+
+
+def optimizer_seconds(t: Trial, tr: Trace, m: Machine, nodes: int, net: Network) -> tuple[float, dict[str, float]]:
+    """The engine's step after the boundary micro-step: norm, update, and what follows."""
+    me = t.methods
+    n, w, p = t.devices, bytes_per_element(t.precision), tr.n_params
+    engine = getattr(me, "engine", "deepspeed")
+    z = me.zero_stage if engine == "deepspeed" else None
+    owned = p if z == 0 else p / n
+    offload = me.offload != "none" and m.kind == "cuda"
+    kind = _adam_kind(t)
+    rate = m.adam_elements_per_s.get(kind)
+    detail: dict[str, float] = {}
+    if offload:
+        host = load_host_adam()
+        if host is None:
+            return math.nan, {"optimizer_note": math.nan}
+        update = owned / host
+        transfers = (w * owned + w * owned) / m.host_bps  # gradients down, parameters up
+        detail["host_transfer_s"] = transfers
+        update += transfers
+    else:
+        if not rate:
+            return math.nan, {}
+        update = owned / rate
+    norm = 2 * w * owned / m.memory_bps if m.memory_bps else 0.0  # read for the norm, scale for clipping
+    norm += collective_seconds(m, "all_reduce", 4, n, nodes, net)
+    after = 0.0
+    if z in (1, 2):
+        after = collective_seconds(m, "all_gather", w * p, n, nodes, net)
+        after += 2 * (w + 4) * owned / m.memory_bps if m.memory_bps else 0.0  # flatten, to fp32, copy back
+    elif z == 0 and t.precision != "fp32":
+        after = 2 * (w + 4) * p / m.memory_bps if m.memory_bps else 0.0  # FP16_Optimizer's flatten and copy back
+    detail.update(adam_s=update, norm_s=norm, after_step_s=after)
+    return update + norm + after, detail
+
+
+def _adam_kind(t: Trial) -> str:
+    """Which AdamW the worker steps with: DeepSpeed's own when its config names an optimizer
+    (suite.methods.deepspeed_config), torch's fused AdamW under FSDP2, else the torch AdamW
+    the worker hands in (foreach on CPU, fused on CUDA)."""
+    from suite import methods
+
+    if getattr(t.methods, "engine", "deepspeed") == "fsdp2":
+        return "torch_fused"
+    if "optimizer" in methods.deepspeed_config(t, 1):
+        return "deepspeed"
+    return "torch_fused" if t.hardware.device == "cuda" else "torch"
+
+
+def load_host_adam() -> float | None:
+    """DeepSpeedCPUAdam parameters per second of this machine, from any calibration made here:
+    the host CPU of an offload prediction (a GPU datasheet has no CPU)."""
+    from suite.predict.machine import host_calibrations
+
+    rates = [m.adam_elements_per_s.get("deepspeed") for m in host_calibrations() if m.kind == "cpu"]
+    return max((r for r in rates if r), default=None)

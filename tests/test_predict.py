@@ -1,0 +1,292 @@
+"""The predictor (suite.predict), its calibration, `suite-predict` and `suite-report accuracy`.
+
+The slow tests share one quick calibration of this machine (a real minimal trial among its
+microbenchmarks) and check predictions against real tiny trials; the others need no process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from suite.config import Trial
+from suite.predict import Predictor, memory, timing
+from suite.predict.machine import GIB, calibration_key, datasheet, interpolate, load_calibration, save_calibration
+from suite.predict.trace import B1, B2, Trace, _record, build_fake, traced
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory, monkeypatch):
+    """Traces cached in a folder of the test session; calibrations in a folder of their own."""
+    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(tmp_path_factory.getbasetemp() / "calibration"))
+
+
+def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(tiny):
+    """Traced at two micro-batches, the trace predicts a third exactly (memory and FLOPs), and
+    its FLOPs are those FlopCounterMode counts (suite.models.count_flops) within 2%: that one
+    decomposes CPU flash attention into matrix multiplies, whose backward does not recompute
+    the attention scores as the fused kernel does (one matmul of s x s x d less per layer)."""
+    from suite.models import count_flops
+
+    t = tiny()
+    tr = traced(t.model, "sdpa", "full", "fp32")
+    model, fake = build_fake(t.model, "sdpa", "full", "fp32")
+    for b in (1, 3, 8):
+        events, act, fresh, cum = _record(model, t.model, b, fake)
+        assert tr.activation_bytes(b) == pytest.approx(max(a + f for a, f in zip(act, fresh, strict=True)))
+        assert tr.activation_bytes_with_grads(b) == pytest.approx(max(a + g for a, g in zip(act, cum, strict=True)))
+        assert tr.flops(b) == pytest.approx(sum(e.flops for e in events))
+    assert (B1, B2) == (2, 4)
+    assert tr.flops(1) == pytest.approx(count_flops(t.model, "sdpa", "full")[0], rel=0.02)
+    # Recomputation runs each block's forward again inside backward.
+    plain = traced(t.model, "sdpa", "none", "fp32")
+    assert tr.flops(1, "backward") > plain.flops(1, "backward")
+    assert tr.activation_bytes(8) < plain.activation_bytes(8)
+    assert Trace.from_dict(json.loads(json.dumps(tr.to_dict()))) == tr
+
+
+def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
+    """The fake trace's activation peak is what a real CPU forward and backward allocates,
+    counted by glibc itself (mallinfo2) in the second step (the steady state)."""
+    import ctypes
+
+    from suite import models
+
+    class MallInfo(ctypes.Structure):
+        _fields_ = [
+            (n, ctypes.c_size_t)
+            for n in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo
+
+    def used() -> int:
+        m = libc.mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    t = tiny()
+    model = models.build(t.model, "sdpa", "none")
+    inputs = models.batch(t.model, 4, torch.Generator().manual_seed(0), "cpu")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Peak(TorchDispatchMode):
+        peak = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            Peak.peak = max(Peak.peak, used())
+            return out
+
+    model(**inputs).loss.backward()  # gradients now exist, as in a later micro-step
+    base = used()
+    with Peak():
+        model(**inputs).loss.backward()
+    real = Peak.peak - base
+    predicted = traced(t.model, "sdpa", "none", "fp32").activation_bytes(4)
+    assert predicted == pytest.approx(real, rel=0.05)
+
+
+def _synthetic_trace(n_params: int, tensors: int = 1000) -> Trace:
+    each = n_params // tensors
+    return Trace(
+        key="synthetic",
+        n_params=each * tensors,
+        param_numels=(each,) * tensors,
+        block_numels=(each * 10,) * (tensors // 10),
+        module_params=((each,),) * tensors,
+        envelope=((0.0, 0.0),),
+        grads_envelope=((0.0, 0.0),),
+        groups=(),
+    )
+
+
+@pytest.mark.parametrize("gpus", [4, 8, 64])
+def test_model_states_agree_with_deepspeeds_own_estimators(gpus):
+    """ZeRO-2 and ZeRO-3 model states per GPU at the optimizer step, for a 1B-parameter model
+    under bf16 (buckets and activations aside), against DeepSpeed's own estimators, term by
+    term. Their known differences: the ZeRO-2 estimate (2P + 18P/N) leaves out the flattened
+    16-bit copy of the gradient partition that the step makes before converting it to fp32
+    (+2P/N); the ZeRO-3 estimate (18P/N + 4 x largest layer) leaves out the 16-bit parameter
+    partition (+2P/N) and stands for the gathered parameters with its largest-layer term,
+    which the predictor counts apart (what stays gathered for reuse, here left out); with
+    optimizer offload, ZeRO-2 keeps on the GPU, beyond the estimate's 16-bit parameters (2P),
+    the gradient partition (2P/N) and a staging buffer of the largest parameter."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    from tests.conftest import make_trial
+
+    p, largest = 1_000_000_000, 1_000_000
+    tr = _synthetic_trace(p)
+    nodes, per_node = (gpus // 8, 8) if gpus > 8 else (1, gpus)
+    base = make_trial(["model=pythia-1b", f"hardware=a100-80gb-x{per_node}", f"cluster.nodes={nodes}"])
+
+    def states(zero: int, offload: str = "none") -> float:
+        t = replace(base, methods=replace(base.methods, zero_stage=zero, offload=offload, micro_batch=1))
+        lay = memory.deepspeed_layout(t, tr)
+        step = [x for x in lay.optimizer if "fp32 gradient" in x.name or "flattened" in x.name]
+        buckets = [x for x in lay.steady if "bucket" in x.name]
+        return lay.total(lay.steady) + lay.total(step) - lay.total(buckets)
+
+    _, ds2 = estimate_zero2_model_states_mem_needs(p, per_node, nodes, cpu_offload=False)
+    assert states(2) == pytest.approx(ds2 + 2 * p / gpus)
+    _, ds3, layer = estimate_zero3_model_states_mem_needs(p, 0, per_node, nodes, cpu_offload=False)
+    assert layer == 0 and states(3) == pytest.approx(ds3 + 2 * p / gpus)
+    _, ds2_off = estimate_zero2_model_states_mem_needs(p, per_node, nodes, cpu_offload=True)
+    assert states(2, "optimizer") == pytest.approx(ds2_off + 2 * p / gpus + 2 * largest)
+
+
+def test_collective_and_bucket_model():
+    """DeepSpeed flushes its reduce bucket when the next gradient would overflow it, and sends
+    a gradient larger than the bucket alone; a ring moves 2(N-1)/N of the buffer per rank."""
+    assert timing.bucket_flushes([3, 3, 3, 10, 1], 7) == [6, 3, 10, 1]
+    assert timing.bucket_flushes([1, 2], 0) == [3]
+    from suite.predict.machine import Machine
+
+    m = Machine(kind="cpu", source="test", ranks=4, collectives={"all_reduce": [1e-3, 1e9], "all_gather": [1e-3, 1e9]})
+    assert timing.collective_seconds(m, "all_reduce", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 6 / (4 * 1e9))
+    assert timing.collective_seconds(m, "all_gather", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 3 / (4 * 1e9))
+    assert timing.collective_seconds(m, "all_reduce", 4e9, 1) == 0
+    points = [[m_, n, k, float(m_ * n * k)] for m_ in (32, 512) for n in (32, 512) for k in (32, 512)]
+    assert interpolate(points, (128, 128, 128)) == pytest.approx(128**3)
+
+
+def test_bandwidth_fields_leave_trial_ids_unchanged():
+    """The bandwidths describe the hardware to the predictor; stored trials keep their ids."""
+    for path in sorted(FIXTURES.glob("*.json")):
+        rec = json.loads(path.read_text())
+        assert Trial.from_dict(rec["trial"]).id == rec["trial_id"]
+
+
+def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
+    """A GPU budget is predicted from its datasheet on a machine without one; every figure is
+    labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
+    from analysis import predicted
+    from tests.conftest import TINY
+
+    monkeypatch.setattr(predicted, "OUT_DIR", tmp_path)
+    monkeypatch.setattr("suite.predict.ACCURACY_DIR", tmp_path / "none")
+    model = [o for o in TINY if o.startswith("model")]
+    assert predicted.main([*model, "hardware=a100-40gb-x1"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED, not measured: pythia-14m on a100-40gb-x1" in out
+    assert "not yet measured (no GPU trial scored)" in out
+    rows = [line for line in out.splitlines() if re.match(r"\s+\d+  ", line)]
+    assert rows and all(" yes " in r or " no " in r for r in rows)
+    assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
+    assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
+    monkeypatch.setattr(predicted, "hardware_names", lambda: ["a6000-x4", "cpu-x2", "h100-sxm-x8", "v100-x1"])
+    assert predicted.main([*model, "hardware=all"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("a6000-x4", "h100-sxm-x8", "v100-x1")) and "cpu-x2" not in out
+    assert predicted.main([*model, "hardware=nonsense"]) == 2
+
+
+def test_gpu_datasheet_profiles_are_complete():
+    """Every GPU profile carries the bandwidths and overheads the predictor needs."""
+    from tests.conftest import make_trial
+
+    for path in sorted((Path(__file__).parents[1] / "conf" / "hardware").glob("*.yaml")):
+        t = make_trial([f"hardware={path.stem}"])
+        if t.hardware.device != "cuda":
+            continue
+        m = datasheet(t)
+        assert m.memory_bps > 0 and m.host_bps > 0 and m.collectives["all_reduce"][1] > 0, path.stem
+        assert all(v[0] >= 0 and v[1] for v in m.overhead.values()), path.stem
+
+
+# --- Slow: a real quick calibration, real tiny trials, the accuracy report from real records.
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """A quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
+    minimal real trial), shared by the slow tests of this module."""
+    from suite.predict.calibrate import calibrate
+    from tests.conftest import TINY, make_trial
+
+    folder = tmp_path_factory.mktemp("calibrated")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SUITE_CALIBRATION_DIR", str(folder))
+        t = make_trial(TINY)
+        save_calibration(calibrate(t, quick=True, log=lambda *_: None), calibration_key(t.hardware))
+    return folder
+
+
+@pytest.mark.slow
+def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
+    m = load_calibration("cpu-x2")
+    assert m is not None and m.kind == "cpu" and m.ranks == 2
+    assert m.memory_bps > 0 and 0 < m.op_overhead_s < 0.01
+    assert all(row[3] > 0 for row in m.matmul["fp32"]) and all(r[2] > 0 and r[3] > 0 for r in m.attention)
+    assert set(m.collectives) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(lat > 0 and bw > 0 for lat, bw in m.collectives.values())
+    assert m.adam_elements_per_s["torch"] > 0
+    assert 0 < m.runtime_bytes["zero0"] < GIB
+
+
+@pytest.mark.slow
+def test_predicts_memory_and_oom_of_real_tiny_trials(calibrated, monkeypatch, tiny):
+    """Real tiny trials: a trial fits its budget and its peak memory is predicted within 10%;
+    a budget 15% below the prediction runs out of memory, as predicted. (ZeRO-0: the quick
+    calibration measures the runtime memory of that engine only.)"""
+    from suite.launch import run_trial
+
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
+    t = tiny("methods.zero_stage=0", "methods.micro_batch=4")
+    p = Predictor().predict(t)
+    fit = run_trial(replace(t, hardware=replace(t.hardware, mem_gib=round(p.device_gib * 1.3 + 0.05, 2))))
+    assert fit.outcome == "ok", fit.message
+    assert p.peak_mem_gib == pytest.approx(fit.metrics["peak_mem_gib"], rel=0.10)
+    assert p.step_time_s > 0 and not math.isnan(p.step_time_s)
+    small = round(p.device_gib * 0.85, 3)
+    tight = replace(t, hardware=replace(t.hardware, mem_gib=small))
+    assert not Predictor().predict(tight).fits
+    assert run_trial(tight).outcome == "oom"
+
+
+@pytest.mark.slow
+def test_accuracy_report_from_the_committed_records(calibrated, monkeypatch, tmp_path, capsys):
+    """Every ok or oom fixture record is predicted from its own trial (with this machine's
+    calibration: the records' host is not this one), and the summary is written; the records
+    of cpu-x1, never calibrated here, are listed as not predicted, with the reason."""
+    from analysis.cli import main
+
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
+    accuracy = tmp_path / "accuracy"
+    monkeypatch.setattr("suite.predict.ACCURACY_DIR", accuracy)
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES, results)
+    assert main(["accuracy", str(results), "--out", str(tmp_path / "out"), "--publish"]) == 0
+    out = capsys.readouterr().out
+    assert "Prediction accuracy on 20 cpu record(s)" in out
+    report = json.loads((tmp_path / "out" / "accuracy.json").read_text())
+    s = report["summary"]["cpu"]
+    assert s["peak_mem_err_pct"]["n"] == 14 and s["step_time_err_pct"]["n"] == 14
+    assert s["fit_n"] == 6 and len(s["not_predicted"]) == 4
+    assert all("cpu-x1" in line and "calibrate" in line for line in s["not_predicted"])
+    assert {sp["model"] for sp in s["spearman"]} == {"pythia-14m", "pythia-31m"}
+    assert json.loads((accuracy / "cpu.json").read_text())["n_records"] == 20
