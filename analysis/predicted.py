@@ -7,7 +7,7 @@ here has measured, every figure labelled predicted and shown with the error meas
     suite-predict calibrate hardware=cpu-x2 [--quick]        # measure this machine's constants
 
 Overrides are Hydra's, as for suite-bench (conf/). The configurations are the methods of
-`search.*` (ZeRO stage, offload, recomputation, attention) times every micro-batch dividing
+`search.*` (engine: ZeRO stage or FSDP2 mode; offload, recomputation, attention) times every micro-batch dividing
 the per-device batch; `torch.compile` is not modelled (predicted as eager). Days and cost are
 `analysis.estimates`' formulas of the predicted step time. The error shown next to a figure is
 the accuracy `suite-report accuracy --publish` last measured on this kind of device
@@ -45,19 +45,16 @@ def compose(overrides: list[str]):
 
 
 def configurations(base: Trial, search) -> list[Trial]:
-    """Every valid combination of the search axes and micro-batches of `base`."""
-    import itertools
-
-    from suite.search import divisors, with_methods
+    """Every valid combination of the search axes (`suite.search.combinations`: both engines)
+    and micro-batches of `base`; `torch.compile` is not modelled, so every one is eager."""
+    from suite.search import combinations, divisors, with_methods
 
     if base.per_device_batch <= 0:
         return []
     out = []
-    for z, o, r, a in itertools.product(
-        search.zero_stages, search.offloads, search.recomputes, search.attentions or [base.methods.attention]
-    ):
+    for c in combinations(base, replace(search, compiles=[False])):
         for mb in divisors(base.per_device_batch):
-            t = with_methods(base, zero_stage=z, offload=o, recompute=r, attention=a, micro_batch=mb, compile=False)
+            t = with_methods(c, micro_batch=mb)
             if not problems(t):
                 out.append(t)
     return out

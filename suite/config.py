@@ -234,6 +234,9 @@ class WandbConfig:
 class SearchConfig:
     """The space `suite-search` explores for one (model, hardware); micro-batches are searched."""
 
+    engines: list[str] = field(default_factory=lambda: ["deepspeed", "fsdp2"])
+    """Sharding engines: deepspeed takes each of `zero_stages`; fsdp2 both its modes
+    (reshard_after_forward false: shard_grad_op; true: full_shard)."""
     zero_stages: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
     offloads: list[str] = field(default_factory=lambda: ["none", "optimizer", "optimizer+params"])
     recomputes: list[str] = field(default_factory=lambda: ["none", "full"])
@@ -241,6 +244,9 @@ class SearchConfig:
     """Empty: keep methods.attention."""
     compiles: list[bool] = field(default_factory=list)
     """Empty: keep methods.compile."""
+    fit_margin: float = 0.10
+    """A combination is set aside unmeasured when the predictor puts its smallest micro-batch
+    above the device memory by more than this fraction (room for the prediction's error)."""
     margin: float = 0.03
     """Stop when no remaining candidate is predicted to beat the high end of the best one's
     interval of the median by this fraction."""

@@ -7,7 +7,7 @@ It covers detection; Pythia-160M under bf16 and fp16 at ZeRO 0-3, with and witho
 sdpa against flash_attention_2 (where flash-attn is installed) and `compile=true`; optimizer
 offload; a forced out-of-memory. Verdicts: MFU plausible (HFU where recomputation runs);
 no skipped (fp16 overflow) step in the timed window; ZeRO-3's first loss equal to ZeRO-0's; peak
-memory against the predictor (`suite.estimate`); the trial's GPU is its profile's; after all
+memory against the predictor (`suite.predict`); the trial's GPU is its profile's; after all
 trials, no GPU memory held by this process (the launcher). Trials run in priority order within a
 time budget (GPU_CHECK_BUDGET_S from GPU_CHECK_START, both set by the script); a trial that the
 budget leaves out is reported as not run (exit 4 when nothing failed).
@@ -257,11 +257,12 @@ def base_trial(hardware: str) -> Trial:
 
 
 def predicted_gib(t: Trial) -> float | None:
-    """The predictor's peak memory per device (`suite.estimate`), or None when it cannot say."""
-    from suite.estimate import SimpleEstimator
+    """The predictor's peak memory per device in the timed window, as the worker measures it
+    (`suite.predict`, from the GPU's datasheet), or None when it cannot say."""
+    from suite.predict import Predictor
 
     try:
-        return SimpleEstimator().estimate(t).mem_gib
+        return Predictor().predict(t).peak_mem_gib
     except Exception:  # noqa: BLE001 - a verdict that cannot be decided fails; the check goes on
         return None
 

@@ -3,13 +3,15 @@
     suite-search model=pythia-1b hardware=a6000-x4
     suite-search experiment=cpu-search            # a CPU-sized example
 
-1. Enumerate the method combinations of `search.*` (ZeRO stage, offload, recomputation,
-   attention, compile); invalid ones are set aside with their reason, and so are those
-   whose model states alone exceed the device memory (they cannot fit at any micro-batch).
-2. Order the rest by the estimator's predicted step time (`suite.estimate`).
+1. Enumerate the method combinations of `search.*` (engine: DeepSpeed's ZeRO stages and
+   FSDP2's two modes; offload, recomputation, attention, compile); invalid ones are set
+   aside with their reason, and so are those the predictor (`suite.predict`) puts above the
+   device memory at the smallest micro-batch by more than `search.fit_margin`.
+2. Order the rest by their predicted step time in seconds (the fastest micro-batch
+   predicted to fit).
 3. For each, find the largest micro-batch that fits among the divisors of the per-device
-   batch: start at the estimator's guess, double up (or halve down) on real outcomes, then
-   bisect; then time the next smaller micro-batch too, and keep going down while smaller
+   batch: start at the largest predicted to fit, double up (or halve down) on real outcomes,
+   then bisect; then time the next smaller micro-batch too, and keep going down while smaller
    is faster (the largest is not assumed to be fastest).
 4. Stop when no remaining combination can beat the best one: its prediction, calibrated by
    the median measured/predicted ratio so far (the minimum proved too eager to explore,
@@ -20,6 +22,9 @@
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
    (intervals overlap) until they separate or reach `search.max_runs` runs each, then name
    the winner with its interval and the configurations statistically tied with it.
+
+The predictor of a CPU budget needs this machine's constants; a search without them measures
+them first (`suite-predict calibrate`, quick), once per machine and worker count.
 
 A trial is one record of one or more runs (suite/store.py); asking `run` for a trial with
 `measure.repeats=n` adds runs until it has n. Every run goes through the results store, so
@@ -44,7 +49,7 @@ from omegaconf import DictConfig
 
 from suite import stats, store
 from suite.config import SearchConfig, Trial, problems, register, unsupported
-from suite.estimate import Estimator, SimpleEstimator
+from suite.predict import Estimate, Estimator
 
 Run = Callable[[Trial], dict]
 
@@ -115,10 +120,43 @@ class SearchReport:
 
 def combo_name(t: Trial) -> str:
     me = t.methods
+    if me.engine == "fsdp2":
+        sharding = f"fsdp2-{'full_shard' if me.reshard_after_forward else 'shard_grad_op'}"
+    else:
+        sharding = f"zero{me.zero_stage}"
     return (
-        f"zero{me.zero_stage} offload={me.offload} recompute={me.recompute} attn={me.attention}"
+        f"{sharding} offload={me.offload} recompute={me.recompute} attn={me.attention}"
         f"{' compile' if me.compile else ''}"
     )
+
+
+def shardings(cfg: SearchConfig) -> list[dict[str, Any]]:
+    """The engine settings the search covers: each ZeRO stage under DeepSpeed, both FSDP2
+    modes; an engine it does not know is kept, for `problems` to name."""
+    out: list[dict[str, Any]] = []
+    for engine in cfg.engines:
+        if engine == "deepspeed":
+            out += [{"engine": engine, "zero_stage": z, "reshard_after_forward": None} for z in cfg.zero_stages]
+        elif engine == "fsdp2":
+            out += [{"engine": engine, "zero_stage": 0, "reshard_after_forward": r} for r in (False, True)]
+        else:
+            out.append({"engine": engine, "zero_stage": 0, "reshard_after_forward": None})
+    return out
+
+
+def combinations(base: Trial, cfg: SearchConfig) -> list[Trial]:
+    """Every combination of the search's axes, valid or not, at the smallest micro-batch."""
+    axes = itertools.product(
+        shardings(cfg),
+        cfg.offloads,
+        cfg.recomputes,
+        cfg.attentions or [base.methods.attention],
+        cfg.compiles or [base.methods.compile],
+    )
+    return [
+        with_methods(base, **sh, offload=o, recompute=r, attention=a, compile=c, micro_batch=1)
+        for sh, o, r, a, c in axes
+    ]
 
 
 class GaveUp(Exception):
@@ -183,33 +221,49 @@ def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) 
     return list(results.values())
 
 
+def predictor(base: Trial, log=print) -> Estimator:
+    """The predictor for the search, this machine's constants measured first where a CPU
+    budget has none (quick microbenchmarks, saved for every later search and prediction)."""
+    from suite.predict import Predictor
+    from suite.predict.calibrate import calibrate
+    from suite.predict.machine import NotCalibrated, calibration_key, save_calibration
+
+    p = Predictor()
+    try:
+        p.machine(base)
+    except NotCalibrated:
+        key = calibration_key(base.hardware)
+        log(f"search: no calibration of {key} on this machine; measuring it first (suite-predict calibrate, quick)")
+        path = save_calibration(calibrate(replace(base, nodes=1), quick=True, log=log), key)
+        log(f"search: calibration written to {path}")
+        p = Predictor()
+    return p
+
+
 def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = None, log=print) -> SearchReport:
-    est = est or SimpleEstimator()
+    est = est or predictor(base, log)
     report = SearchReport()
     capacity = base.hardware.mem_gib or math.inf
     divs = divisors(base.per_device_batch) if base.per_device_batch > 0 else [1]
-    axes = itertools.product(
-        cfg.zero_stages,
-        cfg.offloads,
-        cfg.recomputes,
-        cfg.attentions or [base.methods.attention],
-        cfg.compiles or [base.methods.compile],
-    )
     candidates = []
-    for z, o, r, a, c in axes:
-        t = with_methods(base, zero_stage=z, offload=o, recompute=r, attention=a, compile=c, micro_batch=divs[0])
+    for t in combinations(base, cfg):
+        t = with_methods(t, micro_batch=divs[0])
         report.grid_size += len(divs)
         why = "; ".join(problems(t)) or unsupported(t)
         if why:
             report.set_aside.append(f"{combo_name(t)}: {why}")
             continue
-        ests = {d: est.estimate(with_methods(t, micro_batch=d)) for d in divs}
-        states = ests[divs[0]].model_states_gib
-        if states > capacity:
-            report.set_aside.append(f"{combo_name(t)}: model states alone need {states:.2f} GiB > {capacity:g} GiB")
+        ests: dict[int, Estimate] = {d: est.estimate(with_methods(t, micro_batch=d)) for d in divs}
+        least = ests[divs[0]].mem_gib
+        if least > capacity * (1 + cfg.fit_margin):
+            report.set_aside.append(
+                f"{combo_name(t)}: predicted to need {least:.2f} GiB per device at micro-batch {divs[0]}, "
+                f"over the {capacity:g} GiB there are by more than the {cfg.fit_margin:.0%} fit margin"
+            )
             continue
-        start = max((d for d in divs if ests[d].mem_gib <= capacity), default=divs[0])
-        candidates.append((ests[start].step_time, start, t))
+        fit = [d for d in divs if ests[d].mem_gib <= capacity] or [divs[0]]
+        pred = min(ests[d].step_time for d in fit)  # its fastest micro-batch predicted to fit
+        candidates.append((pred, fit[-1], t))
     candidates.sort(key=lambda x: x[0])
     log(
         f"search: {len(candidates)} method combinations to consider, {len(report.set_aside)} set aside; "

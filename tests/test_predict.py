@@ -129,10 +129,11 @@ def test_model_states_agree_with_deepspeeds_own_estimators(gpus):
     term. Their known differences: the ZeRO-2 estimate (2P + 18P/N) leaves out the flattened
     16-bit copy of the gradient partition that the step makes before converting it to fp32
     (+2P/N); the ZeRO-3 estimate (18P/N + 4 x largest layer) leaves out the 16-bit parameter
-    partition (+2P/N) and the same flattened copy at its step (+2P/N), and stands for the gathered parameters with its largest-layer term,
-    which the predictor counts apart (what stays gathered for reuse, here left out); with
-    optimizer offload, ZeRO-2 keeps on the GPU, beyond the estimate's 16-bit parameters (2P),
-    the gradient partition (2P/N) and a staging buffer of the largest parameter."""
+    partition (+2P/N) and the same flattened copy at its step (+2P/N), and stands for the
+    gathered parameters with its largest-layer term, which the predictor counts apart (what
+    stays gathered for reuse, here left out); with optimizer offload, ZeRO-2 keeps on the GPU,
+    beyond the estimate's 16-bit parameters (2P), the gradient partition (2P/N) and a staging
+    buffer of the largest parameter."""
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 

@@ -19,10 +19,11 @@ from conftest import CPU_RECIPE, TINY, make_trial
 from suite import store, tracking
 from suite.cli import sweep_size
 from suite.config import SearchConfig, Trial
-from suite.estimate import Estimate, SimpleEstimator
+from suite.predict import Estimate, Predictor
 from suite.progress import Progress
 from suite.search import (
     SearchReport,
+    combo_name,
     confirm,
     divisors,
     log_of,
@@ -111,7 +112,7 @@ class FixedEstimator:
         self.time_of = time_of
 
     def estimate(self, t: Trial) -> Estimate:
-        return Estimate(mem_gib=0.1 * t.methods.micro_batch, model_states_gib=0.05, step_time=self.time_of(t))
+        return Estimate(mem_gib=0.1 * t.methods.micro_batch, step_time=self.time_of(t))
 
 
 def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
@@ -119,7 +120,9 @@ def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
     truth = {0: 1.0, 1: 1.1, 2: 1.3, 3: 2.0}  # seconds by ZeRO stage; predictions are exact
     calls: list[int] = []
     run = scripted(4, lambda t: truth[t.methods.zero_stage], calls)
-    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03)
+    cfg = SearchConfig(
+        engines=["deepspeed"], zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03
+    )
     report = search(base, cfg, run, FixedEstimator(lambda t: truth[t.methods.zero_stage]), log=lambda *_: None)
     assert report.best["trial"]["methods"]["zero_stage"] == 0
     assert "no remaining combination can beat" in report.stopped
@@ -127,14 +130,16 @@ def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
 
 
 def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
-    base = tiny("hardware.mem_gib=0.01")  # model states alone (0.05 GiB predicted) exceed it
-    cfg = SearchConfig(zero_stages=[0, 1], offloads=["none", "optimizer"], recomputes=["none"])
+    base = tiny("hardware.mem_gib=0.01")  # micro-batch 1 (0.1 GiB predicted) exceeds it by far
+    cfg = SearchConfig(engines=["deepspeed"], zero_stages=[0, 1], offloads=["none", "optimizer"], recomputes=["none"])
     report = search(base, cfg, scripted(4, lambda t: 1.0, []), FixedEstimator(lambda t: 1.0), log=lambda *_: None)
     assert report.best is None and report.records == []
-    assert any("model states alone need" in s for s in report.set_aside)
+    assert any("predicted to need 0.10 GiB per device at micro-batch 1" in s for s in report.set_aside)
     assert any("needs sharding" in s for s in report.set_aside)  # zero0 + offload: invalid
     base = tiny("hardware.mem_gib=1")
-    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], budget_s=2.0)
+    cfg = SearchConfig(
+        engines=["deepspeed"], zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], budget_s=2.0
+    )
     report = search(
         base,
         cfg,
@@ -152,7 +157,7 @@ def test_a_crash_is_not_a_size_limit_the_combination_is_set_aside(tiny):
         calls.append(t.methods.micro_batch)
         return store.record(t, "test", "crashed", "boom", {}, 1.0) | {"_fresh_runs": 1}
 
-    cfg = SearchConfig(zero_stages=[0, 1], offloads=["none"], recomputes=["none"])
+    cfg = SearchConfig(engines=["deepspeed"], zero_stages=[0, 1], offloads=["none"], recomputes=["none"])
     report = search(tiny("hardware.mem_gib=1"), cfg, crashing, FixedEstimator(lambda t: 1.0), log=lambda *_: None)
     assert len(calls) == 2  # one trial per combination, not a walk down every micro-batch
     assert report.best is None and sum("crashed: boom" in s for s in report.set_aside) == 2
@@ -181,7 +186,9 @@ def test_a_lucky_single_run_neither_ends_the_search_nor_wins_it(tiny):
     runs = {0: [0.90, 1.00, 1.06, 1.00, 1.06, 0.99], 1: [0.96, 0.965, 0.96], 2: [2.0], 3: [2.0]}
     calls: list[int] = []
     run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
-    cfg = SearchConfig(zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03)
+    cfg = SearchConfig(
+        engines=["deepspeed"], zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03
+    )
     predicted = FixedEstimator(lambda t: 1.0 if t.methods.zero_stage < 2 else 2.0)
     report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, run, predicted, **QUIET)
     assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(0.96)
@@ -245,15 +252,31 @@ def test_search_settings_are_checked_together():
     assert len(found) == 4 and "search.min_runs=1 must be >= 2" in found[0]
 
 
-def test_simple_estimator_orders_memory_as_zero_and_recompute_say(tiny):
-    est = SimpleEstimator()
-    t = tiny("hardware=cpu-x2", "methods.micro_batch=2")
-    mem = {z: est.estimate(with_methods(t, zero_stage=z)).mem_gib for z in (0, 1, 2, 3)}
-    assert mem[0] > mem[1] > mem[2] > mem[3]
-    big = make_trial(CPU_RECIPE + ["methods.micro_batch=4"])
-    rc = make_trial(CPU_RECIPE + ["methods.micro_batch=4", "methods.recompute=full"])
-    assert est.estimate(rc).mem_gib < est.estimate(big).mem_gib
-    assert est.estimate(rc).step_time > est.estimate(big).step_time
+def test_the_search_covers_both_engines_and_asks_the_predictor_in_seconds():
+    """The default search space holds DeepSpeed's four stages and FSDP2's two modes; the
+    predictor behind the search's interface orders memory as sharding and recomputation say,
+    and gives seconds (an A100 profile: datasheet constants, no calibration needed)."""
+    from suite.search import combinations, shardings
+
+    cfg = SearchConfig(offloads=["none"], recomputes=["none", "full"])
+    assert [(s["engine"], s["zero_stage"], s["reshard_after_forward"]) for s in shardings(cfg)] == [
+        ("deepspeed", 0, None), ("deepspeed", 1, None), ("deepspeed", 2, None), ("deepspeed", 3, None),
+        ("fsdp2", 0, False), ("fsdp2", 0, True),
+    ]  # fmt: skip
+    base = make_trial(["model=pythia-160m", "hardware=a100-80gb-x4", "methods.micro_batch=4"])
+    trials = combinations(base, cfg)
+    assert len(trials) == 12
+    est = Predictor()
+    mem = {combo_name(t): est.estimate(with_methods(t, micro_batch=4)) for t in trials}
+    states = {combo_name(t): est.predict(t).model_states_gib for t in trials}
+    z = [states[f"zero{k} offload=none recompute=none attn=sdpa"] for k in range(4)]
+    assert z[0] > z[1] > z[2] > z[3]
+    fsdp = [f"fsdp2-{m} offload=none recompute=none attn=sdpa" for m in ("full_shard", "shard_grad_op")]
+    assert states[fsdp[0]] == states[fsdp[1]] < z[0]  # both shard every state; full_shard regathers
+    assert mem[fsdp[0]].mem_gib < mem[fsdp[1]].mem_gib  # shard_grad_op holds parameters forward to backward
+    plain, rc = mem["zero0 offload=none recompute=none attn=sdpa"], mem["zero0 offload=none recompute=full attn=sdpa"]
+    assert rc.mem_gib < plain.mem_gib and rc.step_time > plain.step_time
+    assert 0.01 < plain.step_time < 60  # seconds per step of 1024 x 2048 tokens on 4 A100s
 
 
 def test_sweep_size_counts_the_basic_sweepers_jobs():

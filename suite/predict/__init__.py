@@ -1,7 +1,7 @@
 """The predictor: memory per rank and step time in seconds of any trial, before it runs.
 
     p = Predictor().predict(trial)     # a Prediction: peaks, fit, step and its parts, sources
-    Predictor().estimate(trial)        # the search's interface (suite.estimate.Estimator)
+    Predictor().estimate(trial)        # the search's interface (Estimator): GiB to fit, s/step
 
 Four modules, one concern each:
 
@@ -35,14 +35,30 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from suite.config import Trial
-from suite.estimate import Estimate
 from suite.predict import memory, timing
 from suite.predict.machine import GIB, Machine, machine_for
 from suite.predict.trace import model_flops, traced
 
 ACCURACY_DIR = Path(__file__).resolve().parents[2] / "results" / "accuracy"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the search asks of a prediction."""
+
+    mem_gib: float
+    """Memory that must fit in the device (`Prediction.device_gib`)."""
+    step_time: float
+    """Seconds per optimizer step."""
+
+
+class Estimator(Protocol):
+    """The one small interface between the search and the predictor (tests script their own)."""
+
+    def estimate(self, t: Trial) -> Estimate: ...
 
 
 @dataclass
@@ -148,9 +164,9 @@ class Predictor:
         )
 
     def estimate(self, t: Trial) -> Estimate:
-        """The search's interface: what must fit, the part no micro-batch changes, seconds per step."""
+        """The search's interface: what must fit, and seconds per step."""
         p = self.predict(t)
-        return Estimate(p.device_gib, p.model_states_gib, p.step_time_s)
+        return Estimate(p.device_gib, p.step_time_s)
 
 
 def published_error(kind: str) -> dict | None:
