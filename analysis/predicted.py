@@ -13,6 +13,11 @@ the per-device batch; `torch.compile` is not modelled (predicted as eager). Days
 the accuracy `suite-report accuracy --publish` last measured on this kind of device
 (results/accuracy/); where nothing was measured, the table says so. Writes the table as CSV
 to reports/predict/.
+
+`suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`:
+`asked` checks every value at once, `best_row` predicts the fastest configuration that fits
+one budget (from the same `rows`), `predicted_frame` and `predicted_table` give the rows and
+their own report table. Every figure's column is `predicted_*`; they never join a measured frame.
 """
 
 from __future__ import annotations
