@@ -271,13 +271,11 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
     """The fastest configuration predicted to fit a budget asked for, or that none does; every
     figure predicted, with the error measured so far for its kind of device."""
     from analysis.load import recipe_label
-    from suite.config import SearchConfig
     from suite.predict import Predictor
     from suite.predict.timing import Network
 
-    cfg, base = a.cfg, a.base
-    predictor = Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
-    rs = rows(configurations(base, SearchConfig(**cfg.search)), predictor, prices, keys)
+    predictor = Predictor(network=Network(a.cfg.cluster.network_gbps, a.cfg.cluster.network))
+    base, rs = one_hardware(a.cfg, predictor, prices, keys)
     best = next((r for r in rs if r["fits"]), None)
     err = error_note(base.hardware.device)
     n_fit = sum(r["fits"] for r in rs)
