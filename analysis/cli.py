@@ -3,6 +3,7 @@
     suite-report tables results/                  # Markdown to the terminal; .md, .csv, .tex files written
     suite-report export results/ model=pythia-1b hardware=a6000-x4
     suite-report leaderboard results/ -o leaderboard/index.html   # one HTML file with data and plots inlined
+    suite-report tables results/ --predict pythia-1b@a6000-x4     # (tables or leaderboard) predicted rows, apart
     suite-report accuracy results/runs [--publish]  # predicted against measured (suite.predict), accuracy.json written
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
@@ -49,20 +50,34 @@ def add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_predict(p: argparse.ArgumentParser) -> None:
+    from analysis.predicted import PREDICT_HELP
+
+    p.add_argument("--predict", action="append", default=[], metavar="MODEL@HARDWARE", help=PREDICT_HELP)
+
+
 def add_tables(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("--out", type=Path, default=Path("reports/tables"), help="where the tables are written")
+    add_predict(p)
 
 
 def run_tables(args: argparse.Namespace) -> None:
+    from analysis.predicted import asked, predicted_frame, predicted_table
     from analysis.published import published_estimates
     from analysis.tables import report
 
     prices = load_prices(args.prices)
+    chosen = asked(args.predict)  # every --predict checked before the results load: a typo fails at once
     tables = report(analysed(args, prices), published_estimates(prices), prices)
     for t in tables:
         if t.name != "trials":  # every trial is in the files, too long for a terminal
             print(render.to_markdown(t))
+    if chosen:
+        predicted = predicted_table(predicted_frame(chosen, prices))
+        print("=" * 40 + " predicted, not measured " + "=" * 40 + "\n")
+        print(render.to_markdown(predicted))
+        tables.append(predicted)
     paths = render.write(tables, args.out)
     print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
 
@@ -120,12 +135,15 @@ def run_export(args: argparse.Namespace) -> None:
 def add_leaderboard(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("-o", "--out", type=Path, default=Path("reports/leaderboard/index.html"), help="the HTML file")
+    add_predict(p)
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
+    from analysis.predicted import asked
     from leaderboard.render import write_leaderboard
 
-    path, skipped = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu)
+    chosen = asked(args.predict)
+    path, skipped = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu, chosen)
     for message in skipped:
         print(message, file=sys.stderr)
     print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")

@@ -13,18 +13,26 @@ the per-device batch; `torch.compile` is not modelled (predicted as eager). Days
 the accuracy `suite-report accuracy --publish` last measured on this kind of device
 (results/accuracy/); where nothing was measured, the table says so. Writes the table as CSV
 to reports/predict/.
+
+`suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`:
+`asked` checks every value at once, `best_row` predicts the fastest configuration that fits
+one budget (from the same `rows`), `predicted_frame` and `predicted_table` give the rows and
+their own report table. Every figure's column is `predicted_*`; they never join a measured frame.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import pandas as pd
 
 from analysis import ReportError
 from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
 from analysis.prices import gpu_keys, load_prices
+from analysis.render import Column, Table
 from suite.config import Trial, problems
 
 OUT_DIR = Path("reports/predict")
@@ -103,8 +111,10 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
                 "device_gib": p.device_gib,
                 "peak_mem_gib": p.peak_mem_gib,
                 "step_time_s": p.step_time_s,
+                "tokens_per_s": p.tokens_per_s,
                 "mfu": p.mfu,
                 "days": days,
+                "gpu_hours": hours,
                 "cloud_usd": cloud_cost_usd(hours, cloud.usd_per_gpu_hour) if cloud else math.nan,
                 "owned_usd": owned_cost_usd(
                     owned_hardware_usd(prices, gpu, t.hardware.count, t.nodes), days, prices.amortization_years
@@ -169,9 +179,195 @@ def one_hardware(cfg, predictor, prices, keys: dict[str, str]) -> tuple[Trial, l
 
 
 def hardware_names() -> list[str]:
+    return _conf_names("hardware")
+
+
+def _conf_names(group: str) -> list[str]:
     from suite.cli import CONF_DIR
 
-    return sorted(p.stem for p in (Path(CONF_DIR) / "hardware").glob("*.yaml"))
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+# ---- predicted rows of `suite-report tables` and the leaderboard: asked for with --predict ----
+
+PREDICT_HELP = (
+    "MODEL@HARDWARE[,KEY=VALUE...]: predict the best configuration of a model of conf/model on a profile of "
+    "conf/hardware (e.g. pythia-1b@a6000-x4), with any Hydra overrides after it (pythia-1b@a100-80gb-x8,"
+    "cluster.nodes=4); repeatable. Shown apart from the measured results, labelled predicted"
+)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One (model, budget) asked for with --predict: its composed config and base trial."""
+
+    spec: str
+    cfg: object
+    base: Trial
+
+
+def _overrides(spec: str) -> tuple[list[str], list[str]]:
+    """The Hydra overrides of MODEL@HARDWARE[,KEY=VALUE...], and what is wrong with it."""
+    head, *extra = [part.strip() for part in spec.split(",")]
+    model, sep, hardware = head.partition("@")
+    wrong = []
+    if not sep or not model or not hardware or "=" in head:
+        wrong.append(f"{spec!r} is not MODEL@HARDWARE[,KEY=VALUE...], e.g. pythia-1b@a6000-x4")
+        return [], wrong
+    for group, name in (("model", model), ("hardware", hardware)):
+        names = _conf_names(group)
+        if name not in names:
+            wrong.append(f"{spec!r}: no {group} {name!r} in conf/{group}/ (one of: {', '.join(names)})")
+    wrong += [f"{spec!r}: {e!r} is not KEY=VALUE" for e in extra if "=" not in e or e.startswith("=")]
+    return [f"model={model}", f"hardware={hardware}", *extra], wrong
+
+
+def asked(specs: list[str]) -> list[Asked]:
+    """Each --predict value composed and checked, before anything is predicted; every problem
+    of every value is raised at once (ReportError)."""
+    if not specs:
+        return []
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from suite.cli import trial_from_cfg
+    from suite.predict.machine import NotCalibrated, machine_for
+
+    out, wrong = [], []
+    for spec in specs:
+        overrides, bad = _overrides(spec)
+        if bad:
+            wrong += bad
+            continue
+        try:
+            cfg = compose(overrides)
+            base = trial_from_cfg(cfg)
+        except (HydraException, OmegaConfBaseException, ValueError, TypeError) as e:
+            cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ and str(e.__cause__) else ""
+            wrong.append(f"{spec!r}: {str(e).splitlines()[0]}{cause}")
+            continue
+        found = [f"{spec!r}: {p}" for p in problems(base) if "micro_batch" not in p]
+        try:
+            machine_for(base)
+        except NotCalibrated as e:
+            found.append(f"{spec!r}: {e}")
+        wrong += found
+        if not found:
+            out.append(Asked(spec, cfg, base))
+    if wrong:
+        raise ReportError("--predict: " + "; ".join(wrong))
+    return out
+
+
+def budget_label(t: Trial) -> str:
+    """A budget as analysis.load names it, so a predicted row reads like the measured ones."""
+    return t.hardware.name if t.nodes == 1 else f"{t.hardware.name} x {t.nodes} nodes"
+
+
+def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
+    """The fastest configuration predicted to fit a budget asked for, or that none does; every
+    figure predicted, with the error measured so far for its kind of device."""
+    from analysis.load import recipe_label
+    from suite.predict import Predictor
+    from suite.predict.timing import Network
+
+    predictor = Predictor(network=Network(a.cfg.cluster.network_gbps, a.cfg.cluster.network))
+    base, rs = one_hardware(a.cfg, predictor, prices, keys)
+    best = next((r for r in rs if r["fits"]), None)
+    err = error_note(base.hardware.device)
+    n_fit = sum(r["fits"] for r in rs)
+    if best:
+        fits = "yes"
+    elif rs:
+        least = min(rs, key=lambda r: r["device_gib"])
+        fits = f"no: the least any needs is {least['device_gib']:.2f} GiB ({least['config']})"
+    else:
+        fits = "no valid configuration"
+    row = {
+        "model": base.model.name,
+        "budget": budget_label(base),
+        "recipe": recipe_label(base),
+        "device": base.hardware.device,
+        "n_gpus": base.devices,
+        "mem_budget_gib": base.hardware.mem_gib,
+        "unit": base.unit,
+        "config": best["config"] if best else "does not fit",
+        "fits": fits,
+        "configs_fit": n_fit,
+        "configs_valid": len(rs),
+        "constants": predictor.machine(base).source,
+        "memory_error": err["mem"],
+        "time_error": err["time"],
+        "fit_error": err["fit"],
+        "error_detail": describe_error(err),
+    }
+    figures = ("device_gib", "step_time_s", "tokens_per_s", "mfu", "days", "gpu_hours", "cloud_usd", "owned_usd")
+    for k in figures:
+        value = best[k] if best else None
+        row[PREDICTED_KEYS[k]] = math.nan if value is None else value
+    return row
+
+
+# Every predicted figure's column is named predicted_*: in a CSV, too, it cannot pass for a measurement.
+PREDICTED_KEYS = {
+    "device_gib": "predicted_device_gib",
+    "step_time_s": "predicted_step_time_s",
+    "tokens_per_s": "predicted_tokens_per_s",
+    "mfu": "predicted_mfu",
+    "days": "predicted_days",
+    "gpu_hours": "predicted_gpu_hours",
+    "cloud_usd": "predicted_cloud_cost_usd",
+    "owned_usd": "predicted_owned_cost_usd",
+}
+PREDICTED_TITLE = "PREDICTED, not measured: the best configuration per (model, budget) asked for"
+
+
+def predicted_frame(chosen: list[Asked], prices) -> pd.DataFrame:
+    """One row per (model, budget) asked for (`best_row`), in the order asked."""
+    keys = gpu_keys()
+    return pd.DataFrame([best_row(a, prices, keys) for a in chosen])
+
+
+def predicted_table(frame: pd.DataFrame) -> Table:
+    """The predicted rows as a report table of their own, every figure's header saying predicted."""
+    errors = {f"Error so far on {d}: {e}." for d, e in zip(frame["device"], frame["error_detail"], strict=True)}
+    constants = {f"Constants of {b}: {c}." for b, c in zip(frame["budget"], frame["constants"], strict=True)}
+    return Table(
+        "predicted",
+        PREDICTED_TITLE,
+        frame,
+        (
+            Column("model", "model"),
+            Column("budget", "budget"),
+            Column("config", "predicted best configuration"),
+            Column("fits", "fits (predicted)", width=70),
+            Column("mem_budget_gib", "GiB per device", "gib"),
+            Column("predicted_device_gib", "predicted GiB/GPU", "gib"),
+            Column("memory_error", "memory error so far"),
+            Column("predicted_step_time_s", "predicted step (s)", "s"),
+            Column("time_error", "step-time error so far"),
+            Column("predicted_tokens_per_s", "predicted tokens/s", "int"),
+            Column("predicted_mfu", "predicted MFU", "frac%"),
+            Column("predicted_days", "predicted days", "days"),
+            Column("predicted_gpu_hours", "predicted GPU-hours", "hours"),
+            Column("predicted_cloud_cost_usd", "predicted cloud cost", "usd"),
+            Column("predicted_owned_cost_usd", "predicted owned cost", "usd"),
+            Column("fit_error", "fit/oom right so far"),
+            Column("configs_fit", "configs predicted to fit", "int"),
+            Column("configs_valid", "configs predicted", "int"),
+            Column("recipe", "recipe"),
+        ),
+        (
+            "Predicted by suite.predict (suite-predict) for the configurations of the search space "
+            "(ZeRO stage, offload, recomputation, attention, every micro-batch), never measured; kept out of "
+            "every measured table and winner above. The fastest predicted to fit is shown, or 'does not fit'.",
+            "Error so far: median and p90 of |predicted - measured| / measured over the trials of that kind of "
+            "device `suite-report accuracy --publish` scored; 'not yet measured' where none was. Days, GPU-hours "
+            "and costs follow from the predicted step time (same formulas as the measured ones) and carry its error.",
+            *sorted(errors),
+            *sorted(constants),
+        ),
+    )
 
 
 def predict_main(overrides: list[str]) -> None:

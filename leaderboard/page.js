@@ -598,6 +598,58 @@
     }
   }
 
+  // ---- predicted rows: a section and table of their own, never in ROWS ------------------------
+
+  const PREDICTED = DATA.predicted;
+  const errorLine = (text) => el("span", { class: "ci err", text: `error so far: ${text}` });
+  const PREDICTED_COLUMNS = [
+    { key: "model", label: "Model", cell: (r) => r.model },
+    { key: "budget", label: "Hardware", cell: (r) => r.budget },
+    { key: "config", label: "Best configuration (predicted)", cls: "methods", cell: (r) => r.config },
+    { key: "fits", label: "Fits (predicted)", cls: "methods",
+      cell: (r) => [r.fits, el("span", { class: "ci err", text: `fit/oom right so far: ${r.fit_error}` })] },
+    { key: "predicted_device_gib", label: "Predicted GiB/GPU", num: true,
+      cell: (r) => [has(r.predicted_device_gib) ? `${fmt(r.predicted_device_gib, "gib")} of ${fmt(r.mem_budget_gib, "gib")}`
+        : na, errorLine(r.memory_error)] },
+    { key: "predicted_step_time_s", label: "Predicted step (s)", num: true,
+      cell: (r) => [fmt(r.predicted_step_time_s, "s"), errorLine(r.time_error)] },
+    { key: "predicted_tokens_per_s", label: "Predicted tokens/s", num: true,
+      cell: (r) => fmt(r.predicted_tokens_per_s, "int") + (r.unit === "image" && has(r.predicted_tokens_per_s) ? " img" : "") },
+    { key: "predicted_mfu", label: "Predicted MFU", num: true, cell: (r) => fmt(r.predicted_mfu, "pct") },
+    { key: "predicted_days", label: "Predicted days", num: true, cell: (r) => fmt(r.predicted_days, "days") },
+    { key: "predicted_gpu_hours", label: "Predicted GPU-hours", num: true, cell: (r) => fmt(r.predicted_gpu_hours, "int") },
+    { key: "predicted_cloud_cost_usd", label: "Predicted cloud cost", num: true,
+      cell: (r) => fmt(r.predicted_cloud_cost_usd, "usd") },
+    { key: "predicted_owned_cost_usd", label: "Predicted owned cost", num: true,
+      cell: (r) => fmt(r.predicted_owned_cost_usd, "usd") },
+  ];
+
+  function renderPredicted() {
+    if (!PREDICTED.length) return;
+    document.getElementById("predicted").hidden = false;
+    const head = document.getElementById("predicted-head");
+    for (const col of PREDICTED_COLUMNS) {
+      head.append(el("th", { scope: "col", "data-key": col.key, class: col.num ? "num" : "", text: col.label }));
+    }
+    const body = document.getElementById("predicted-rows");
+    for (const r of PREDICTED) {
+      const tr = el("tr", { class: `predicted-row${r.config === "does not fit" ? " nofit" : ""}`,
+        title: `Predicted, not measured. ${r.recipe}; ${r.configs_fit} of ${r.configs_valid} configurations ` +
+          `predicted to fit. Error so far: ${r.error_detail}. Constants: ${r.constants}` });
+      for (const col of PREDICTED_COLUMNS) {
+        const content = col.cell(r);
+        const td = el("td", { class: [col.cls, col.num ? "num" : ""].filter(Boolean).join(" ") });
+        if (Array.isArray(content)) td.append(...content);
+        else td.append(content);
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+    const sources = [...new Set(PREDICTED.flatMap((r) => [`Error so far on ${r.device}: ${r.error_detail}.`,
+      `Constants of ${r.budget}: ${r.constants}.`]))];
+    document.getElementById("predicted-sources").textContent = sources.join(" ");
+  }
+
   // ---- page --------------------------------------------------------------------------------
 
   function renderHeader() {
@@ -617,6 +669,7 @@
   }
 
   renderHeader();
+  renderPredicted();
   buildHead();
   fillSelect(F.model, [...new Set(ROWS.map((r) => r.model))].sort());
   fillSelect(F.hardware, [...new Set(ROWS.map((r) => r.hardware))].sort((a, b) => a.localeCompare(b, "en", { numeric: true })));

@@ -3,7 +3,8 @@
 `page()` turns a frame from `analysis.load` + `analysis.estimates` into the HTML: the
 template, style and script (page.html, page.css, page.js) and the data are inlined, so the
 file needs no server and no network. Every figure comes from `analysis` (estimates,
-best per budget, the exported winner); this module computes none.
+best per budget, the exported winner; predicted rows from `analysis.predicted`, asked for
+with --predict and drawn in a section of their own); this module computes none.
 
 Strings from configs and results travel only inside a `<script type="application/json">`
 block with `<`, `>` and `&` escaped, and page.js puts them on the page as text, never as
@@ -18,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from analysis import ReportError
 from analysis.estimates import ANALYTIC_MFU, add_estimates
 from analysis.export import export_winner
 from analysis.load import SHARDINGS, load_results
+from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
 from suite import store
@@ -91,8 +94,12 @@ def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
     ]
 
 
-def payload(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -> dict[str, Any]:
-    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export.
+def payload(
+    df: pd.DataFrame, skipped: list[str], source: str, prices: Prices, predicted: pd.DataFrame | None = None
+) -> dict[str, Any]:
+    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export;
+    apart from them, under `predicted`, the predicted rows asked for (analysis.predicted), which
+    page.js draws in a section of their own and never in the measured table, its winners or plots.
 
     `best`: the fastest of its budget (smallest median); `n_tied`: how many are tied with it;
     `tied`: tied with the fastest of its budget (intervals overlap, analysis.tables)."""
@@ -118,34 +125,52 @@ def payload(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -
         ),
         "shardings": list(SHARDINGS),
         "rows": rows,
+        "predicted": _predicted_rows(predicted),
     }
+
+
+def _predicted_rows(predicted: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if predicted is None:
+        return []
+    return [{k: _plain(v) for k, v in r.items()} for _, r in predicted.iterrows()]
 
 
 def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def page(df: pd.DataFrame, skipped: list[str], source: str, prices: Prices) -> str:
-    """The leaderboard of an estimated frame (analysis.estimates.add_estimates) as one HTML document."""
+def page(
+    df: pd.DataFrame, skipped: list[str], source: str, prices: Prices, predicted: pd.DataFrame | None = None
+) -> str:
+    """The leaderboard of an estimated frame (analysis.estimates.add_estimates) as one HTML document,
+    with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a section apart."""
     style, script = _asset("page.css"), _asset("page.js")
     csp = (
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
-    parts = {"csp": csp, "style": style, "script": script, "data": script_json(payload(df, skipped, source, prices))}
+    data = script_json(payload(df, skipped, source, prices, predicted))
+    parts = {"csp": csp, "style": style, "script": script, "data": data}
     # One pass over the template: text put in is never scanned for placeholders again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
 
 
 def write_leaderboard(
-    results: str | Path, out: str | Path, prices_dir: str | Path = PRICES_DIR, analytic_mfu: float = ANALYTIC_MFU
+    results: str | Path,
+    out: str | Path,
+    prices_dir: str | Path = PRICES_DIR,
+    analytic_mfu: float = ANALYTIC_MFU,
+    predict: Sequence[Asked] = (),
 ) -> tuple[Path, list[str]]:
-    """Load every result under `results`, estimate, and write the page to `out`; returns it and the files skipped."""
+    """Load every result under `results`, estimate, and write the page to `out`, with the
+    (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart;
+    returns the page and the files skipped."""
     df, skipped = load_results(results)
     if df.empty:
         raise ReportError(f"no trial results under {results}; run suite-bench first (results land in results/runs)")
     prices = load_prices(prices_dir)
-    html = page(add_estimates(df, prices, analytic_mfu), skipped, str(results), prices)
+    predicted = predicted_frame(list(predict), prices) if predict else None
+    html = page(add_estimates(df, prices, analytic_mfu), skipped, str(results), prices, predicted)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")

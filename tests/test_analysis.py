@@ -402,6 +402,94 @@ def test_an_empty_folder_says_where_results_come_from(tmp_path, capsys):
     assert "run suite-bench first" in capsys.readouterr().err
 
 
+# --- predicted rows (--predict): apart from the measured tables, labelled, with their error ---
+
+
+def tiny_predict(hardware: str, *extra: str) -> str:
+    """A --predict value for conftest's tiny model on `hardware`: MODEL@HARDWARE,overrides."""
+    from tests.conftest import TINY
+
+    model = next(o.split("=", 1)[1] for o in TINY if o.startswith("model="))
+    return ",".join([f"{model}@{hardware}", *(o for o in TINY if o.startswith("model.")), *extra])
+
+
+@pytest.fixture
+def isolated_predictor(tmp_path_factory, monkeypatch):
+    """Traces cached in the test session's folder; no calibration; no published accuracy."""
+    base = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("SUITE_CACHE_DIR", str(base / "cache"))
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(base / "no-calibration"))
+    monkeypatch.setattr("suite.predict.ACCURACY_DIR", base / "no-accuracy")
+    return monkeypatch
+
+
+def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_predictor, tmp_path, capsys, prices):
+    """A GPU budget nobody measured is predicted (datasheet constants, no GPU needed) in a table
+    of its own after the measured ones; one too small says it does not fit; each row carries the
+    published error; no measured table or file gains a predicted row."""
+    from analysis import predicted
+    from analysis.prices import gpu_keys
+    from suite.config import SearchConfig
+    from suite.predict import Predictor
+
+    accuracy = tmp_path / "accuracy"
+    accuracy.mkdir()
+    stat = {"n": 12, "median": 4.2, "p90": 9.8, "max": 14.0}
+    summary = {"n_records": 12, "peak_mem_err_pct": stat, "step_time_err_pct": stat | {"median": 7.5}}
+    (accuracy / "cuda.json").write_text(json.dumps(summary | {"fit_right_pct": 100.0, "fit_n": 12, "source": "x"}))
+    isolated_predictor.setattr("suite.predict.ACCURACY_DIR", accuracy)
+    fits, tight = tiny_predict("a100-80gb-x1"), tiny_predict("a100-80gb-x1", "hardware.mem_gib=0.01")
+    out_dir = tmp_path / "out"
+    assert cli.main(["tables", str(FIXTURES), "--out", str(out_dir), "--predict", fits, "--predict", tight]) == 0
+    out = capsys.readouterr().out
+    title = out.index(predicted.PREDICTED_TITLE)
+    assert title > out.index("Published estimates")  # after every measured table
+    shown = out[title:].split("\n")
+    header = next(line for line in shown if line.startswith("| model"))
+    numeric = [h.strip() for h in header.split("|")[6:16] if "error" not in h]
+    assert numeric and all(h.startswith("predicted") for h in numeric), numeric
+    rows = pd.read_csv(out_dir / "predicted.csv")
+    assert list(rows["budget"]) == ["a100-80gb-x1", "a100-80gb-x1"]
+    assert all(c.startswith("predicted_") for c in rows.columns if rows[c].dtype == float and c != "mem_budget_gib")
+    best, none = rows.iloc[0], rows.iloc[1]
+    # The fastest configuration predicted to fit, from the same rows suite-predict ranks.
+    a = predicted.asked([fits])[0]
+    ranked = predicted.rows(
+        predicted.configurations(a.base, SearchConfig(**a.cfg.search)), Predictor(), prices, gpu_keys()
+    )
+    first = min((r for r in ranked if r["fits"]), key=lambda r: r["step_time_s"])
+    assert best["config"] == first["config"] and best["predicted_step_time_s"] == pytest.approx(first["step_time_s"])
+    assert best["predicted_days"] == pytest.approx(
+        estimates.training_days(first["step_time_s"], a.base.model.recipe.train_steps)
+    )
+    assert best["predicted_gpu_hours"] == pytest.approx(24 * best["predicted_days"])
+    assert best["fits"] == "yes" and best["configs_fit"] == best["configs_valid"] == len(ranked)
+    assert best["memory_error"] == "±4.2% median, 9.8% p90" and best["time_error"] == "±7.5% median, 9.8% p90"
+    assert none["config"] == "does not fit" and none["fits"].startswith("no: the least any needs is")
+    assert none["configs_fit"] == 0 and math.isnan(none["predicted_step_time_s"]) and math.isnan(none["predicted_days"])
+    assert "does not fit" in out[title:] and "±4.2% median, 9.8% p90" in out[title:]
+    for path in out_dir.iterdir():  # never mixed: no measured table names the predicted budget
+        assert path.stem == "predicted" or "a100-80gb-x1" not in path.read_text(), path.name
+
+
+def test_bad_predict_values_are_all_reported_and_exit_2(isolated_predictor, tmp_path, capsys):
+    argv = ["--predict", "pythia-14m", "--predict", "nope@a6000-x4", "--predict", "pythia-14m@a6000-x4,foo.bar=1"]
+    argv += ["--predict", "pythia-14m@cpu-x2", "--predict", "pythia-14m@a6000-x4,seq"]
+    for command in ("tables", "leaderboard"):
+        assert cli.main([command, str(FIXTURES), "--out", str(tmp_path / "out"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"suite-report {command}: error: --predict:") and "Traceback" not in err
+        for expected in (
+            "'pythia-14m' is not MODEL@HARDWARE",
+            "no model 'nope' in conf/model/ (one of: ",
+            "Could not override 'foo.bar'",
+            "'pythia-14m@cpu-x2': ",  # a CPU profile needs this machine's calibration
+            "'seq' is not KEY=VALUE",
+        ):
+            assert expected in err, expected
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
 # --- repeated runs: intervals, ties, the micro-batch question -------------------------------
 
 # Step times of runs of pythia-14m on cpu-x2 by (ZeRO stage, micro-batch); None: out of memory.

@@ -111,6 +111,45 @@ def page(results, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def predicted_page(results, tmp_path_factory) -> Path:
+    """The page with two budgets nobody measured predicted (GPU datasheet constants, no GPU
+    needed): one that fits, one too small for any configuration; no accuracy published."""
+    from tests.test_analysis import tiny_predict
+
+    base, out = tmp_path_factory.getbasetemp(), tmp_path_factory.mktemp("predicted") / "index.html"
+    asked = [tiny_predict(PREDICTED_BUDGET), tiny_predict(PREDICTED_BUDGET, "hardware.mem_gib=0.01")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SUITE_CACHE_DIR", str(base / "cache"))
+        mp.setattr("suite.predict.ACCURACY_DIR", base / "no-accuracy")
+        assert (
+            report_main(["leaderboard", str(results), "-o", str(out), *(a for v in asked for a in ("--predict", v))])
+            == 0
+        )
+    return out
+
+
+PREDICTED_BUDGET = "a100-80gb-x1"  # measured by no fixture
+
+
+def page_data(path: Path) -> dict:
+    html = path.read_text()
+    block = html.split('<script id="leaderboard-data" type="application/json">')[1].split("</script>")[0]
+    return json.loads(block)
+
+
+def test_predicted_rows_travel_apart_from_the_measured_ones(predicted_page, page, frame):
+    data, plain = page_data(predicted_page), page_data(page)
+    assert plain["predicted"] == [] and len(data["predicted"]) == 2
+    assert sorted(r["trial_id"] for r in data["rows"]) == sorted(frame["trial_id"])
+    assert PREDICTED_BUDGET not in {r["hardware"] for r in data["rows"]}
+    fits, none = data["predicted"]
+    assert fits["budget"] == none["budget"] == PREDICTED_BUDGET
+    assert fits["fits"] == "yes" and fits["predicted_step_time_s"] > 0 and fits["predicted_days"] > 0
+    assert none["config"] == "does not fit" and none["predicted_step_time_s"] is None
+    assert fits["memory_error"].startswith("not yet measured")
+
+
 # ---- the HTML file itself --------------------------------------------------------------------
 
 
@@ -303,6 +342,34 @@ def test_plots_render(board, frame):
     assert "OOM" in board.find_element(By.ID, "plot-fit").text
     box = board.find_element(By.CSS_SELECTOR, "#plot-days svg").rect
     assert box["width"] > 300 and box["height"] > 150
+
+
+def test_predicted_section_is_apart_marked_and_out_of_the_measured_table(browser, predicted_page, frame):
+    from selenium.webdriver.common.by import By
+
+    browser.get(predicted_page.as_uri())
+    section = browser.find_element(By.ID, "predicted")
+    assert section.is_displayed() and "Predicted (not measured)" in section.text
+    rows = section.find_elements(By.CSS_SELECTOR, "#predicted-rows tr")
+    assert len(rows) == 2 and all(PREDICTED_BUDGET in r.text for r in rows)
+    heads = [th.text for th in section.find_elements(By.CSS_SELECTOR, "#predicted-head th")]
+    assert sum(h.startswith("Predicted") for h in heads) >= 8 and "Best configuration (predicted)" in heads
+    fits, none = (r.text for r in rows)
+    assert "error so far: not yet measured" in fits and "does not fit" in none and "no: the least any needs" in none
+    assert "fit/oom right so far" in fits and "Error so far on cuda" in section.text
+    # Never in the measured table, its filters, stars or plots.
+    measured = browser.execute_script("return [...document.querySelectorAll('#table tr.row')].map(tr => tr.dataset.id)")
+    assert sorted(measured) == sorted(frame["trial_id"])
+    assert PREDICTED_BUDGET not in browser.find_element(By.ID, "table").text
+    assert PREDICTED_BUDGET not in [o.text for o in browser.find_elements(By.CSS_SELECTOR, "#f-hardware option")]
+    assert PREDICTED_BUDGET not in browser.find_element(By.ID, "plots").text
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_without_predictions_the_section_is_hidden(board):
+    from selenium.webdriver.common.by import By
+
+    assert not board.find_element(By.ID, "predicted").is_displayed()
 
 
 def test_a_hostile_model_name_is_text_and_runs_nothing(board):
