@@ -29,14 +29,19 @@ PAIRS = (("zero2", "fsdp-shard-grad-op"), ("zero3", "fsdp-full-shard"))
 # TinyLlama-1.1B's architecture (grouped-query attention, SwiGLU, 32k vocabulary) at CPU size.
 SHRUNK = {
     "tinyllama-1.1b": [
-        "model.hidden=256",
-        "model.layers=4",
-        "model.heads=8",
-        "model.kv_heads=2",
-        "model.intermediate=704",
+        "model.config.hidden_size=256",
+        "model.config.num_hidden_layers=4",
+        "model.config.num_attention_heads=8",
+        "model.config.num_key_value_heads=2",
+        "model.config.intermediate_size=704",
     ]
 }
-TINY = ["model.hidden=64", "model.layers=2", "model.heads=4", "model.kv_heads=0", "model.intermediate=256"]
+TINY = [
+    "model.config.hidden_size=64",
+    "model.config.num_hidden_layers=2",
+    "model.config.num_attention_heads=4",
+    "model.config.intermediate_size=256",
+]
 
 
 def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path) -> dict:

@@ -43,22 +43,21 @@ MODELS = {
     "llama-384": [
         "model=tinyllama-1.1b",
         "model.name=llama-384",
-        "model.hidden=384",
-        "model.layers=6",
-        "model.heads=6",
-        "model.kv_heads=2",
-        "model.intermediate=1024",
-        "model.vocab=32000",
+        "model.config.hidden_size=384",
+        "model.config.num_hidden_layers=6",
+        "model.config.num_attention_heads=6",
+        "model.config.num_key_value_heads=2",
+        "model.config.intermediate_size=1024",
+        "model.config.vocab_size=32000",
         "model.recipe.precision=fp32",
     ],
 }
 TINY = [
-    "model.hidden=64",
-    "model.layers=2",
-    "model.heads=4",
-    "model.kv_heads=2",
-    "model.intermediate=128",
-    "model.vocab=1024",
+    "model.config.hidden_size=64",
+    "model.config.num_hidden_layers=2",
+    "model.config.num_attention_heads=4",
+    "model.config.intermediate_size=128",
+    "model.config.vocab_size=1024",
 ]
 GRID = {"zero_stage": (0, 1, 2, 3), "recompute": ("none", "full"), "micro_batch": (1, 2, 4, 8)}
 PUBLISHED = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -42,6 +44,14 @@ TINY_MEMBERS = {
     "convnext": ["model=convnext-cpu", "model.recipe.global_batch=8", *CPU_RUN],
     "mamba": ["model=mamba-cpu", "model.recipe.seq_len=64", "model.recipe.global_batch=8", *CPU_RUN],
 }
+
+
+@pytest.fixture(autouse=True, scope="session")
+def calibration_dir(tmp_path_factory):
+    """Calibrations a test makes (a CPU search measures this machine's constants first) go to
+    one folder of the session, never the repository's results/; subprocesses inherit it."""
+    os.environ["SUITE_CALIBRATION_DIR"] = str(tmp_path_factory.getbasetemp() / "calibration")
+    return os.environ["SUITE_CALIBRATION_DIR"]
 
 
 def compose_cfg(overrides: list[str]):

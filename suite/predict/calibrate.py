@@ -39,7 +39,7 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from suite.config import Trial
+from suite.config import ModelConfig, Trial
 from suite.predict.machine import Machine
 
 GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
@@ -320,16 +320,19 @@ def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
 def minimal_trial(t: Trial, engine: dict, mem_gib: float = 0.0) -> Trial:
     """A trial of a model with almost no parameters on `t`'s hardware: what the worker's
     runtime holds, with nearly no tensors."""
-    m = replace(
-        t.model,
+    m = ModelConfig(
         name="calibration-minimal",
-        hidden=8,
-        layers=1,
-        heads=1,
-        kv_heads=0,
-        intermediate=8,
-        vocab=16,
-        recipe=replace(t.model.recipe, global_batch=t.devices, seq_len=8, precision="fp32"),
+        task="causal-lm",
+        model_type="gpt_neox",
+        config={
+            "hidden_size": 8,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 1,
+            "intermediate_size": 8,
+            "vocab_size": 16,
+            "max_position_embeddings": 16,
+        },
+        recipe=replace(t.model.recipe, global_batch=t.devices, seq_len=8, image_size=0, precision="fp32"),
     )
     methods = replace(t.methods, offload="none", recompute="none", micro_batch=1, compile=False, precision="recipe")
     methods = replace(methods, **engine)
