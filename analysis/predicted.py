@@ -31,6 +31,7 @@ import pandas as pd
 
 from analysis import ReportError
 from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
+from analysis.load import config_label
 from analysis.prices import gpu_keys, load_prices
 from analysis.render import Column, Table
 from suite.config import Trial, problems
@@ -106,7 +107,7 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
         out.append(
             {
                 "trial": t,
-                "config": describe(t),
+                "config": config_label(t, t.gas),
                 "fits": p.fits,
                 "device_gib": p.device_gib,
                 "peak_mem_gib": p.peak_mem_gib,
@@ -126,18 +127,6 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
         )
     out.sort(key=lambda r: (not r["fits"], math.isnan(r["step_time_s"]), r["step_time_s"]))
     return out
-
-
-def describe(t: Trial) -> str:
-    me = t.methods
-    parts = ["DDP" if me.zero_stage == 0 else f"ZeRO-{me.zero_stage}"]
-    if me.offload != "none":
-        parts.append(f"offload {me.offload}")
-    if me.recompute != "none":
-        parts.append("recompute")
-    parts.append(f"mb {me.micro_batch}x{t.gas}")
-    parts.append(me.attention)
-    return " ".join(parts)
 
 
 def _num(x: float | None, fmt: str) -> str:

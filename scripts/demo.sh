@@ -19,4 +19,9 @@ case $found in
     ;;
   *) exit 1 ;;
 esac
-echo "Results: $(pwd)/results/runs/ (one JSON file per trial); tables: suite-report tables results/runs"
+echo "Results: $(pwd)/results/runs/ (one JSON file per trial)"
+# What was measured here, then what the predictor says of a real model on real GPU budgets
+# (every figure labelled predicted, with the error measured so far), in one report and on the page.
+predict=(--predict pythia-1b@rtx-3090-x2 --predict pythia-1b@a6000-x4 --predict pythia-1b@a100-80gb-x8)
+suite-report tables results/runs "${predict[@]}"
+suite-report leaderboard results/runs -o results/runs/leaderboard.html "${predict[@]}"  # the sweep's page, now with the predictions

@@ -152,6 +152,7 @@ class DeepSpeed:
         preload_built_ops()  # before init_distributed, which loads the shared-memory collectives
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
         self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas)
+        self.dtype = methods.DTYPES[t.precision]
 
     def build(self) -> None:
         import deepspeed
@@ -177,6 +178,9 @@ class DeepSpeed:
             self.engine.compile()
 
     def micro_step(self, inputs: dict[str, torch.Tensor], boundary: bool) -> torch.Tensor:
+        # DeepSpeed casts the model, not its inputs: floating inputs (pixels) take the model's
+        # dtype here, as transformers' Trainer casts them under DeepSpeed (trainer.py:2379-2383).
+        inputs = {k: v.to(self.dtype) if v.is_floating_point() else v for k, v in inputs.items()}
         loss = self.engine(**inputs).loss
         self.engine.backward(loss)  # loss / gas (engine.py:3413); reduces gradients where its stage does
         if not boundary:

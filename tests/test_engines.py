@@ -177,7 +177,9 @@ def test_zero3_builds_every_family_as_zero0_does():
         t = Trial.from_dict(specs[f"{model}/0"])
         shape = models.shape(t.model)
         classes = shape.num_labels if t.model.task == "image-classification" else shape.vocab
-        assert zero3["loss"] == pytest.approx(zero0["loss"], rel=0.01), model
+        # Each loss is a bf16 value: one step of bf16 near ln(100) is 2^-7 of it (0.8%), so the 1%
+        # asked for gets that quantization on top.
+        assert zero3["loss"] == pytest.approx(zero0["loss"], rel=0.01 + 2**-7), model
         assert zero3["loss"] == pytest.approx(math.log(classes), rel=0.02), model  # random init: ln(classes)
         assert zero3["buffers"] == zero0["buffers"], model  # RoPE inv_freq stays fp32 under bf16
         if any("inv_freq" in k for k in zero3["buffers"]):

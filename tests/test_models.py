@@ -329,7 +329,7 @@ def test_each_member_trains_under_zero3_across_two_processes(zero3, member):
     t, rec = zero3[member]
     assert rec["outcome"] == "ok", rec["message"]
     m = rec["metrics"]
-    assert m["optimizer"] == "DeepSpeedZeroOptimizer_Stage3" and len(m["memory_per_rank"]) == 2
+    assert m["optimizer_wrapper"] == "DeepSpeedZeroOptimizer_Stage3" and len(m["memory_per_rank"]) == 2
     assert all(math.isfinite(x) for x in m["loss_per_step"])
     assert (m["precision"], m["attention"]) == ("fp32", t.attention)
     assert m["tokens_per_step"] == t.model.recipe.global_batch * t.tokens_per_sample

@@ -16,7 +16,7 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
     collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
                    4 KiB to 16 MiB, fitted as latency + bytes * steps / (N * bus_bps)
     adam           parameters per second of torch's AdamW (foreach; fused) and DeepSpeed's own
-                   (FusedAdam; DeepSpeedCPUAdam), where available
+                   (FusedAdam; on a CPU, DeepSpeedCPUAdam, which offload steps with)
 
 and, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
 parameters under each engine give the resident memory a trial holds beyond its tensors; one
@@ -201,22 +201,16 @@ def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
     params = [torch.nn.Parameter(torch.randn(n // 16, device=dev)) for _ in range(16)]
     for p in params:
         p.grad = torch.randn_like(p)
-    makers = {"torch": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True)}
-    if dev.type == "cuda":
-        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)
-    if mode == "full":
-        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
 
-        def deepspeed_adam(ps):
-            if dev.type == "cuda":
-                from deepspeed.ops.adam import FusedAdam
-
-                return FusedAdam(ps, lr=1e-4)
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-            return DeepSpeedCPUAdam(ps, lr=1e-4)
-
-        makers["deepspeed"] = deepspeed_adam
+    makers = {
+        "torch": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True),
+        "deepspeed": lambda ps: FusedAdam(ps, lr=1e-4),  # every ZeRO stage's optimizer (suite.methods)
+    }
+    if dev.type == "cuda" or mode == "full":
+        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)  # FSDP2's
+    if dev.type == "cpu":
+        makers["deepspeed_cpu"] = lambda ps: DeepSpeedCPUAdam(ps, lr=1e-4)  # the optimizer of offload
     out = {}
     for name, make in makers.items():
         try:
@@ -233,6 +227,9 @@ def worker_main(spec_path: str, out_path: str) -> None:
     """One rank of the microbenchmarks (run by `calibrate`, like a trial's rank)."""
     import torch.distributed as dist
 
+    from suite.engines import preload_built_ops
+
+    preload_built_ops()  # DeepSpeed's Adams, without the JIT lock a killed rank could leave behind
     with open(spec_path) as f:
         spec = json.load(f)
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])

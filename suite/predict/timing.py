@@ -278,7 +278,7 @@ def _adam_kind(t: Trial) -> str:
     if getattr(t.methods, "engine", "deepspeed") == "fsdp2":
         return "torch_fused"
     if "optimizer" in methods.deepspeed_config(t, 1):
-        return "deepspeed"
+        return "deepspeed_cpu" if t.methods.offload != "none" else "deepspeed"
     return "torch_fused" if t.hardware.device == "cuda" else "torch"
 
 
@@ -287,5 +287,5 @@ def load_host_adam() -> float | None:
     the host CPU of an offload prediction (a GPU datasheet has no CPU)."""
     from suite.predict.machine import host_calibrations
 
-    rates = [m.adam_elements_per_s.get("deepspeed") for m in host_calibrations() if m.kind == "cpu"]
+    rates = [m.adam_elements_per_s.get("deepspeed_cpu") for m in host_calibrations() if m.kind == "cpu"]
     return max((r for r in rates if r), default=None)
