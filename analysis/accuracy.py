@@ -63,14 +63,10 @@ def records(path: Path) -> tuple[list[dict], list[str]]:
 
 
 def method_label(t: Trial) -> str:
-    me = t.methods
-    engine = getattr(me, "engine", "deepspeed")
-    label = "FSDP2" if engine == "fsdp2" else ("DDP" if me.zero_stage == 0 else f"ZeRO-{me.zero_stage}")
-    if engine == "fsdp2":
-        label += " reshard" if getattr(me, "reshard_after_forward", True) else " no-reshard"
-    if me.offload != "none":
-        label += f" offload {me.offload}"
-    return label
+    from analysis.load import sharding_label
+
+    label = sharding_label(t)
+    return label + (f" offload {t.methods.offload}" if t.methods.offload != "none" else "")
 
 
 def _err(pred: float | None, meas: float | None) -> float:

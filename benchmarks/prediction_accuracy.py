@@ -2,7 +2,7 @@
 the store has), and score the predictor against every trial; plus a plausibility check of the
 GPU profiles against published well-tuned runs.
 
-    python benchmarks/prediction_accuracy.py                      # calibrate, 3 models x 32 trials, score
+    python benchmarks/prediction_accuracy.py                      # calibrate, 3 models x 48 trials, score
     python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
@@ -10,7 +10,8 @@ GPU profiles against published well-tuned runs.
 
 Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
-cpu-grid space (4 ZeRO stages x 2 recomputation x micro-batches 1, 2, 4, 8) on two CPU workers
+cpu-grid space and FSDP2 beside it (ZeRO 0-3 and FSDP2's two modes x 2 recomputation x
+micro-batches 1, 2, 4, 8: 48 trials per model) on two CPU workers
 with the recipe shrunk as experiment=cpu-search shrinks it (sequence 128, global batch 16) and
 a 0.8 GiB budget per worker, so that the larger configurations run out of memory. The
 calibration is microbenchmarks only (suite.predict.calibrate); nothing is fitted to the trials.
@@ -59,7 +60,11 @@ TINY = [
     "model.config.intermediate_size=128",
     "model.config.vocab_size=1024",
 ]
-GRID = {"zero_stage": (0, 1, 2, 3), "recompute": ("none", "full"), "micro_batch": (1, 2, 4, 8)}
+# Sharding: DeepSpeed's ZeRO 0-3 and FSDP2's two modes (suite.search.shardings).
+SHARDINGS = [{"engine": "deepspeed", "zero_stage": z, "reshard_after_forward": None} for z in (0, 1, 2, 3)] + [
+    {"engine": "fsdp2", "zero_stage": 0, "reshard_after_forward": r} for r in (False, True)
+]
+GRID = {"sharding": SHARDINGS, "recompute": ("none", "full"), "micro_batch": (1, 2, 4, 8)}
 PUBLISHED = {
     "MPT-1B, llm-foundry, 8x A100-80GB": ("pythia-1b", "a100-80gb-x8", 20513, 0.599),
     "TinyLlama-1.1B, 1x A100-40GB": ("tinyllama-1.1b", "a100-40gb-x1", 24000, 0.56),
@@ -82,9 +87,13 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False):
         )
         if memory_only:
             base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
-        grid = GRID if not tiny else {"zero_stage": (0, 3), "recompute": ("none",), "micro_batch": (1, 8)}
-        for z, r, mb in itertools.product(*grid.values()):
-            out.append((name, with_methods(base, zero_stage=z, recompute=r, micro_batch=mb)))
+        tiny_grid = {
+            "sharding": [SHARDINGS[0], SHARDINGS[3], SHARDINGS[5]],
+            "recompute": ("none",),
+            "micro_batch": (1, 8),
+        }
+        for sh, r, mb in itertools.product(*(tiny_grid if tiny else GRID).values()):
+            out.append((name, with_methods(base, **sh, recompute=r, micro_batch=mb)))
     return out
 
 
@@ -136,7 +145,8 @@ def plausibility() -> list[dict]:
                 "model": model,
                 "hardware": hardware,
                 "best_configuration": {
-                    k: getattr(t.methods, k) for k in ("zero_stage", "offload", "recompute", "micro_batch")
+                    k: getattr(t.methods, k)
+                    for k in ("engine", "zero_stage", "reshard_after_forward", "offload", "recompute", "micro_batch")
                 },
                 "predicted_tokens_per_s_per_gpu": p.tokens_per_s / t.devices,
                 "predicted_mfu": p.mfu,
