@@ -332,9 +332,11 @@ import deepspeed, torch
 from deepspeed.runtime.config import DeepSpeedConfig
 from suite import models
 from suite.config import Trial
+from suite.engines import preload_built_ops
 
 trial = Trial.from_dict(json.load(open(sys.argv[1])))
 cfg = json.load(open(sys.argv[2]))
+preload_built_ops()  # the ops scripts/setup.sh built, as a worker loads them
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
 model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)
