@@ -193,26 +193,25 @@ def _read_json(path: str) -> dict[str, Any] | None:
         return None  # not there (yet), or being replaced
 
 
+def _numbered(out_dir: str, prefix: str) -> dict[int, dict[str, Any]]:
+    """The readable `<prefix><N>.json` files of the trial folder, by N."""
+    found = {}
+    for path in glob.glob(os.path.join(out_dir, f"{prefix}*.json")):
+        m = re.fullmatch(rf"{re.escape(prefix)}(\d+)\.json", os.path.basename(path))
+        doc = _read_json(path) if m else None
+        if doc is not None:
+            found[int(m.group(1))] = doc
+    return found
+
+
 def reports(out_dir: str) -> dict[int, dict[str, Any]]:
     """Every rank's failure report in the trial folder, by global rank."""
-    found = {}
-    for path in glob.glob(os.path.join(out_dir, "error-rank*.json")):
-        m = re.fullmatch(r"error-rank(\d+)\.json", os.path.basename(path))
-        rep = _read_json(path) if m else None
-        if rep is not None:
-            found[int(m.group(1))] = rep
-    return found
+    return _numbered(out_dir, "error-rank")
 
 
 def node_accounts(out_dir: str) -> dict[int, dict[str, Any]]:
     """Each node's account of its part (multi-node): written by its launcher when its ranks end."""
-    found = {}
-    for path in glob.glob(os.path.join(out_dir, "node*.json")):
-        m = re.fullmatch(r"node(\d+)\.json", os.path.basename(path))
-        acc = _read_json(path) if m else None
-        if acc is not None:
-            found[int(m.group(1))] = acc
-    return found
+    return _numbered(out_dir, "node")
 
 
 def root_cause(reps: dict[int, dict[str, Any]], first: int | None) -> Outcome:

@@ -46,6 +46,17 @@ TINY_MEMBERS = {
 }
 
 
+def single_rank_env(**extra: str) -> dict[str, str]:
+    """The environment of a one-process DeepSpeed job on the CPU, on a free port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return os.environ | {"DS_ACCELERATOR": "cpu", **rank, **extra}
+
+
 @pytest.fixture(autouse=True, scope="session")
 def calibration_dir(tmp_path_factory):
     """Calibrations a test makes (a CPU search measures this machine's constants first) go to

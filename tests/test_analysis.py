@@ -7,15 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import single_rank_env
 
 from analysis import ReportError, cli, estimates, published
 from analysis.export import export_winner, write_export
@@ -356,18 +355,7 @@ print(json.dumps({"global_steps": engine.global_steps, "losses": losses}))
 def test_exported_deepspeed_json_trains_a_cpu_trial(winner, tmp_path):
     write_export(winner, tmp_path)
     (tmp_path / "trial.json").write_text(json.dumps(winner.row["trial"]))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {
-        "DS_ACCELERATOR": "cpu",
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "OMP_NUM_THREADS": "2",
-    }
+    env = single_rank_env(OMP_NUM_THREADS="2")
     cmd = [sys.executable, "-c", TRAIN, str(tmp_path / "trial.json"), str(tmp_path / "ds_config.json")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]

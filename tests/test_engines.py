@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, TINY_MEMBERS, make_trial
+from conftest import TINY, TINY_MEMBERS, make_trial, single_rank_env
 
 from suite import metrics, models, worker
 from suite.cli import run_one
@@ -157,17 +155,7 @@ def test_zero3_builds_every_family_as_zero0_does():
             overrides = [*base, f"methods.zero_stage={stage}", "hardware=cpu-x1"]
             t = make_trial(overrides + ["methods.precision=bf16", "methods.micro_batch=8"])
             specs[f"{model}/{stage}"] = t.to_dict()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {
-        "DS_ACCELERATOR": "cpu",
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-    }
+    env = single_rank_env()
     cmd = [sys.executable, "-c", BUILD_BOTH, json.dumps(specs)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
