@@ -202,7 +202,11 @@ def micro_batches(df: pd.DataFrame) -> pd.DataFrame:
             f"{larger.iloc[0]['outcome']} at {larger.iloc[0]['micro_batch']}" if len(larger) else "no larger one tried"
         )
         smaller = ok.iloc[:-1]
-        better = [r for _, r in smaller.iterrows() if compare(r, largest)[0] == "significantly faster"]
+        better = [  # faster than the largest, and separated from it (compare assumes its first is faster)
+            r
+            for _, r in smaller.iterrows()
+            if r["step_time_s"] < largest["step_time_s"] and compare(r, largest)[0] == "significantly faster"
+        ]
         pick = min(better, key=lambda r: r["step_time_s"]) if better else smaller.loc[smaller["step_time_s"].idxmin()]
         if pick["step_time_s"] <= largest["step_time_s"]:
             verdict, confidence = compare(pick, largest)
