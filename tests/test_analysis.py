@@ -539,6 +539,23 @@ def test_best_per_budget_names_the_configurations_tied_with_it(repeated):
     assert best["n_tied"] == 1 and best["tied_configs"] == "DDP mb 1x8 sdpa fp32"  # (0, 1): 1.04 <= 1.05
 
 
+def test_a_significantly_slower_micro_batch_is_not_taken_for_a_faster_one(raw, tmp_path):
+    """The largest micro-batch is compared with the fastest smaller one: a smaller one that is
+    significantly slower than the largest never counts as significantly faster."""
+    base = next(r for r in raw if r["trial_id"] == "1b006e20d1190827")
+    t0 = Trial.from_dict(base["trial"])
+    for mb, times in {1: (3.0, 3.1, 3.2), 2: (2.0, 2.1, 2.3), 4: (2.0, 2.05, 2.2)}.items():
+        t = dataclasses.replace(t0, methods=dataclasses.replace(t0.methods, zero_stage=1, micro_batch=mb))
+        rec = None
+        for x in times:
+            m = dict(base["metrics"], step_time_s=x, gas=t.gas, gas_measured=t.gas_measured)
+            rec = store.with_run(rec, t, "test", "ok", "", m, 10.0)
+        store.save(tmp_path, rec)
+    df, _ = load_results(tmp_path)
+    case = micro_batches(df).iloc[0]
+    assert (case["largest_micro_batch"], case["smaller_micro_batch"], case["verdict"]) == (4, 2, "tied")
+
+
 def test_micro_batch_question_from_records(repeated):
     _, df = repeated
     mb = micro_batches(df).set_index("methods")
