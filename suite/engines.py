@@ -137,7 +137,10 @@ def preload_built_ops() -> list[str]:
             continue
         spec = importlib.util.spec_from_file_location(builder.name, path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except (ImportError, OSError):  # built against another torch (a shared cache): DeepSpeed rebuilds it
+            continue
         OpBuilder._loaded_ops[builder.name] = module
         loaded.append(builder.name)
     return loaded
