@@ -219,9 +219,6 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
             ):
                 if getattr(cal, k):
                     setattr(sheet, k, getattr(cal, k))
-            for k in ("adam_elements_per_s", "host_bps"):
-                if getattr(cal, k):
-                    setattr(sheet, k, getattr(cal, k))
             return sheet
         return cal
     if t.hardware.device == "cuda":
