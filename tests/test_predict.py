@@ -251,13 +251,16 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
 
 @pytest.mark.slow
 def test_predicts_memory_and_oom_of_real_tiny_trials(calibrated, monkeypatch, tiny):
-    """Real tiny trials: a trial fits its budget and its peak memory is predicted within 10%;
+    """Real small trials: a trial fits its budget and its peak memory is predicted within 10%;
     a budget 25% below the prediction runs out of memory, as predicted. (ZeRO-0: the quick
-    calibration measures the runtime memory of that engine only.)"""
+    calibration measures the runtime memory of that engine only.) The model is ~190 MiB a rank,
+    so that 25% is ~48 MiB: at the test model's 20 MiB, 25% was 5 MiB, within what the
+    budget's baseline (virtual memory mapped before the cap) varies from machine to machine,
+    and CI ran that trial ok."""
     from suite.launch import run_trial
 
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
-    t = tiny("methods.zero_stage=0", "methods.micro_batch=4")
+    t = tiny("methods.zero_stage=0", "methods.micro_batch=2", "model.config.hidden_size=256", "model.config.vocab_size=16384")
     p = Predictor().predict(t)
     fit = run_trial(replace(t, hardware=replace(t.hardware, mem_gib=round(p.device_gib * 1.3 + 0.05, 2))))
     assert fit.outcome == "ok", fit.message
