@@ -174,6 +174,24 @@ def test_collective_and_bucket_model():
     assert interpolate(points, (128, 128, 128)) == pytest.approx(128**3)
 
 
+def test_step_scale_multiplies_compute_and_the_optimizer_step_only():
+    """A calibration's measured loop scales (`Machine.step_scale`) multiply the micro-step's
+    compute and the engine step; the collectives stay as measured."""
+    from tests.conftest import make_trial
+
+    t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.zero_stage=2", "methods.micro_batch=4"])
+    me = t.methods
+    tr = traced(t.model, me.attention, me.recompute, t.precision)
+    m = datasheet(t)
+    base = timing.step_parts(t, tr, m)
+    scaled = timing.step_parts(t, tr, replace(m, step_scale={"compute": 2.0, "optimizer": 3.0}))
+    compute = base.detail["forward_s"] + base.detail["backward_s"]
+    assert scaled.t_micro == pytest.approx(base.t_micro + compute)
+    assert scaled.t_boundary - scaled.t_micro == pytest.approx(base.t_boundary - base.t_micro)
+    assert scaled.t_optimizer == pytest.approx(3 * base.t_optimizer)
+    assert base.detail["compute_scale"] == 1.0 and scaled.detail["optimizer_scale"] == 3.0
+
+
 def test_bandwidth_fields_leave_trial_ids_unchanged():
     """The bandwidths describe the hardware to the predictor; stored trials keep their ids."""
     for path in sorted(FIXTURES.glob("*.json")):
@@ -247,6 +265,8 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert all(lat > 0 and bw > 0 for lat, bw in m.collectives.values())
     assert m.adam_elements_per_s["torch"] > 0
     assert 0 < m.runtime_bytes["zero0"] < GIB
+    # A real loop is slower than its operators measured alone, though not by an order of magnitude.
+    assert set(m.step_scale) == {"compute", "optimizer"} and all(0.5 < v < 10 for v in m.step_scale.values())
 
 
 @pytest.mark.slow

@@ -21,7 +21,10 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
 and, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
 parameters under each engine give the resident memory a trial holds beyond its tensors; one
 bisection of the memory budget on the same trial gives how much more of the RLIMIT_DATA budget
-than resident memory a worker uses. `--quick` measures fewer points and one engine (for tests).
+than resident memory a worker uses. Last, one real trial of a calibration model (never a scored
+one), timed and compared with what the microbenchmarks predict for it, gives `step_scale`: how
+much longer a real loop's micro-step and optimizer step take than their operators measured
+alone (`reference_trial`). `--quick` measures fewer points and one engine (for tests).
 
 The result is stored as results/calibration/<host>/<hardware>.json (`suite.predict.machine`).
 """
@@ -369,6 +372,58 @@ def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
     return runtime, margin
 
 
+def reference_trial(t: Trial) -> Trial:
+    """A real trial of a calibration model on `t`'s hardware (a GPT-NeoX of 3 layers, 192 wide,
+    16k vocabulary, 128 tokens; no scored model has that shape), ZeRO-0, two micro-steps a
+    step: the loop whose parts `step_scales` compares with their prediction."""
+    m = ModelConfig(
+        name="calibration-reference",
+        task="causal-lm",
+        model_type="gpt_neox",
+        config={
+            "hidden_size": 192,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "intermediate_size": 768,
+            "vocab_size": 16384,
+            "max_position_embeddings": 128,
+        },
+        recipe=replace(t.model.recipe, global_batch=4 * t.devices, seq_len=128, image_size=0, precision="fp32"),
+    )
+    methods = replace(
+        t.methods, offload="none", recompute="none", micro_batch=2, compile=False, precision="recipe", zero_stage=0
+    )
+    if hasattr(methods, "engine"):
+        methods = replace(methods, engine="deepspeed")
+    measure = replace(t.measure, warmup_steps=2, timed_steps=4, max_micro_steps=2, timeout_s=300, repeats=1)
+    return replace(t, model=m, methods=methods, measure=measure, hardware=replace(t.hardware, mem_gib=0.0))
+
+
+def step_scales(t: Trial, m: Machine, log) -> dict[str, float]:
+    """Measured / predicted time of the reference trial's micro-step ("compute") and engine step
+    ("optimizer"), the prediction from `m`'s microbenchmarks alone (a scale of 1)."""
+    from suite.launch import run_trial
+    from suite.predict import timing
+    from suite.predict.trace import traced
+
+    ref = reference_trial(t)
+    o = run_trial(ref)
+    if o.outcome != "ok" or not o.metrics.get("micro_time_s"):
+        raise RuntimeError(f"the reference trial ended {o.outcome}: {o.message}")
+    me = ref.methods
+    parts = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), replace(m, step_scale={}))
+    out = {
+        "compute": o.metrics["micro_time_s"] / parts.t_micro,
+        "optimizer": o.metrics["optimizer_time_s"] / parts.t_optimizer,
+    }
+    log(
+        f"calibrate: reference trial: micro-step {o.metrics['micro_time_s'] * 1e3:.1f} ms measured, "
+        f"{parts.t_micro * 1e3:.1f} ms from the microbenchmarks (x{out['compute']:.2f}); optimizer "
+        f"{o.metrics['optimizer_time_s'] * 1e3:.1f} ms, {parts.t_optimizer * 1e3:.1f} ms (x{out['optimizer']:.2f})"
+    )
+    return out
+
+
 def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
     """Measure the constants of `t.hardware` on this machine."""
     mode = "quick" if quick else "full"
@@ -392,7 +447,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
     host = socket.gethostname()
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) // t.hardware.count))
-    return Machine(
+    m = Machine(
         kind=t.hardware.device,
         source=f"calibrated on {host} at {date} ({mode}, {t.hardware.count} ranks, {threads} threads each)",
         ranks=t.hardware.count,
@@ -408,6 +463,9 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         data_margin_bytes=margin,
         notes=notes,
     )
+    if t.hardware.device == "cpu":  # a GPU's reference needs the datasheet's constants merged first
+        m.step_scale = step_scales(t, m, log)
+    return m
 
 
 if __name__ == "__main__":

@@ -98,6 +98,12 @@ class Machine:
     data_margin_bytes: float = 0.0
     """CPU: how much more of the RLIMIT_DATA budget than resident memory a worker uses
     (thread stacks, allocator arenas): fit/oom is decided on the budget."""
+    step_scale: dict[str, float] = field(default_factory=dict)
+    """Measured time / predicted time of one reference trial's parts, "compute" (its micro-step)
+    and "optimizer" (its engine step): what a real training loop costs beyond the microbenchmarks
+    (autograd, the allocator's fresh pages, hooks, cache misses between operators). The reference
+    is a calibration model, never a scored one (`suite.predict.calibrate.reference_trial`);
+    empty: 1.0 (the datasheet's constants)."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
     reserved_ratio: float = 1.0
@@ -216,6 +222,7 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
                 "collectives",
                 "adam_elements_per_s",
                 "host_bps",
+                "step_scale",
             ):
                 if getattr(cal, k):
                     setattr(sheet, k, getattr(cal, k))

@@ -13,6 +13,10 @@ Compute is a roofline over every operator of the traced micro-step (`suite.predi
 
     t_op = max(flops / matmul_rate(shape), bytes / memory_rate(bytes)) + op_overhead_s
 
+times the machine's measured `step_scale["compute"]` (a reference trial's measured micro-step
+over this sum: what a real loop costs beyond the microbenchmarks), and the optimizer's step
+likewise times `step_scale["optimizer"]`; a datasheet's scale is 1.
+
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
 small tensor stays in cache) or the datasheet's bandwidth, and a causal attention kernel doing
@@ -168,8 +172,10 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     b, n, w = me.micro_batch, t.devices, bytes_per_element(t.precision)
     p = tr.n_params
     fwd, bwd, _ = compute_seconds(tr, b, m, t.precision)
+    scale = m.step_scale.get("compute", 1.0)
+    fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
-    detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd}
+    detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
     engine = getattr(me, "engine", "deepspeed")
     z = me.zero_stage if engine == "deepspeed" else None
     cuda = m.kind == "cuda"
@@ -230,7 +236,8 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
 
     t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
-    detail.update(opt_detail)
+    t_opt *= m.step_scale.get("optimizer", 1.0)
+    detail.update(opt_detail, optimizer_scale=m.step_scale.get("optimizer", 1.0))
     return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
 
 
