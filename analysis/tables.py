@@ -83,8 +83,11 @@ def tied_with_fastest(df: pd.DataFrame) -> pd.Series:
 
 
 def compare(faster: pd.Series, slower: pd.Series) -> tuple[str, float]:
-    """Whether `faster` (the smaller median) is significantly faster than `slower`, and with what
-    confidence (stats.separation): significant when their intervals, each from 2+ runs, do not overlap."""
+    """Whether the one of the two with the smaller median is significantly faster than the other,
+    and with what confidence (stats.separation): significant when their intervals, each from 2+
+    runs, do not overlap. The arguments may come in either order."""
+    if faster["step_time_s"] > slower["step_time_s"]:
+        faster, slower = slower, faster
     if faster["runs"] < 2 or slower["runs"] < 2:
         return SINGLE, float("nan")
     a, b = interval(faster), interval(slower)

@@ -628,3 +628,18 @@ def test_real_repeated_records_load_with_their_runs(prices):
         overlap = a[0] <= b[1] and b[0] <= a[1]
         faster = "smaller" if case.smaller_step_time_s < case.largest_step_time_s else "largest"
         assert case.verdict == ("tied" if overlap else f"{faster} significantly faster")
+
+
+def test_compare_orders_its_rows_itself():
+    """`compare` answers the same whichever row comes first: the faster one is named by its median."""
+    from analysis.tables import compare
+
+    def row(median, lo, hi):
+        return pd.Series(
+            {"step_time_s": median, "step_time_ci_lo_s": lo, "step_time_ci_hi_s": hi, "step_time_ci_level": 0.75, "runs": 3}
+        )
+
+    fast, slow, near = row(1.0, 0.9, 1.1), row(2.0, 1.8, 2.2), row(1.05, 0.95, 1.15)
+    assert compare(fast, slow)[0] == compare(slow, fast)[0] == "significantly faster"
+    assert compare(fast, slow)[1] == compare(slow, fast)[1] > 0
+    assert compare(near, fast)[0] == "tied"
