@@ -175,8 +175,8 @@ def test_collective_and_bucket_model():
 
 
 def test_step_scale_multiplies_compute_and_the_optimizer_step_only():
-    """A calibration's measured loop scales (`Machine.step_scale`) multiply the micro-step's
-    compute and the engine step; the collectives stay as measured."""
+    """A calibration's measured loop scales of the trial's engine (`Machine.step_scale`) multiply
+    the micro-step (compute and the communication in it) and the engine step."""
     from tests.conftest import make_trial
 
     t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.zero_stage=2", "methods.micro_batch=4"])
@@ -184,12 +184,16 @@ def test_step_scale_multiplies_compute_and_the_optimizer_step_only():
     tr = traced(t.model, me.attention, me.recompute, t.precision)
     m = datasheet(t)
     base = timing.step_parts(t, tr, m)
-    scaled = timing.step_parts(t, tr, replace(m, step_scale={"compute": 2.0, "optimizer": 3.0}))
-    compute = base.detail["forward_s"] + base.detail["backward_s"]
-    assert scaled.t_micro == pytest.approx(base.t_micro + compute)
-    assert scaled.t_boundary - scaled.t_micro == pytest.approx(base.t_boundary - base.t_micro)
+    scaled = timing.step_parts(t, tr, replace(m, step_scale={"zero2": {"compute": 2.0, "optimizer": 3.0}}))
+    other = timing.step_parts(t, tr, replace(m, step_scale={"zero3": {"compute": 2.0, "optimizer": 3.0}}))
+    fallback = timing.step_parts(t, tr, replace(m, step_scale={"zero0": {"compute": 2.0, "optimizer": 3.0}}))
+    assert base.detail["micro_comm_s"] > 0 and base.detail["boundary_comm_s"] == 0  # ZeRO-2 reduces per micro-step
+    assert scaled.t_micro == pytest.approx(2 * base.t_micro) and scaled.t_boundary == pytest.approx(2 * base.t_boundary)
+    assert scaled.detail["micro_comm_s"] == pytest.approx(base.detail["micro_comm_s"])  # the collectives as measured
     assert scaled.t_optimizer == pytest.approx(3 * base.t_optimizer)
     assert base.detail["compute_scale"] == 1.0 and scaled.detail["optimizer_scale"] == 3.0
+    # Another engine's scale is not this one's; zero0's stands in where this one's is missing.
+    assert other.step_time_s == pytest.approx(base.step_time_s) and fallback.step_time_s == pytest.approx(scaled.step_time_s)
 
 
 def test_bandwidth_fields_leave_trial_ids_unchanged():
@@ -266,7 +270,8 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert m.adam_elements_per_s["torch"] > 0
     assert 0 < m.runtime_bytes["zero0"] < GIB
     # A real loop is slower than its operators measured alone, though not by an order of magnitude.
-    assert set(m.step_scale) == {"compute", "optimizer"} and all(0.5 < v < 10 for v in m.step_scale.values())
+    assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "optimizer"}
+    assert all(0.5 < v < 10 for v in m.step_scale["zero0"].values())
 
 
 @pytest.mark.slow

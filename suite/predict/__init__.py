@@ -39,7 +39,7 @@ from typing import Protocol
 
 from suite.config import Trial
 from suite.predict import memory, timing
-from suite.predict.machine import GIB, Machine, machine_for
+from suite.predict.machine import GIB, Machine, engine_key, machine_for
 from suite.predict.trace import model_flops, traced
 
 ACCURACY_DIR = Path(__file__).resolve().parents[2] / "results" / "accuracy"
@@ -112,8 +112,7 @@ class Predictor:
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
-            engine = getattr(me, "engine", "deepspeed")
-            key = "fsdp2" if engine == "fsdp2" else f"zero{me.zero_stage}"
+            key = engine_key(me)
             runtime = m.runtime_bytes.get(key, m.runtime_bytes.get("zero0", 0.0))
             host = memory.Layout.total(lay.host)  # one memory on a CPU worker
             peak, build_peak = timed + host + runtime, build + runtime

@@ -98,12 +98,14 @@ class Machine:
     data_margin_bytes: float = 0.0
     """CPU: how much more of the RLIMIT_DATA budget than resident memory a worker uses
     (thread stacks, allocator arenas): fit/oom is decided on the budget."""
-    step_scale: dict[str, float] = field(default_factory=dict)
-    """Measured time / predicted time of one reference trial's parts, "compute" (its micro-step)
-    and "optimizer" (its engine step): what a real training loop costs beyond the microbenchmarks
-    (autograd, the allocator's fresh pages, hooks, cache misses between operators). The reference
-    is a calibration model, never a scored one (`suite.predict.calibrate.reference_trial`);
-    empty: 1.0 (the datasheet's constants)."""
+    step_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per engine ("zero0".."zero3", "fsdp2"; `engine_key`): measured time / predicted time of one
+    reference trial's parts, "compute" (its micro-step, less the communication predicted in it;
+    it multiplies a micro-step's compute and communication) and "optimizer" (its engine step): what a real training loop costs beyond the
+    microbenchmarks (autograd, the allocator's fresh pages, the engine's hooks and bookkeeping).
+    The reference is a calibration model, never a scored one
+    (`suite.predict.calibrate.reference_trial`); an engine not measured takes zero0's; empty:
+    1.0 (the datasheet's constants)."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
     reserved_ratio: float = 1.0
@@ -197,6 +199,18 @@ def host_calibrations() -> list[Machine]:
     return (
         [Machine.from_dict(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
     )
+
+
+def engine_key(methods) -> str:
+    """The engine a trial runs, as calibrations key what they measure per engine."""
+    return "fsdp2" if getattr(methods, "engine", "deepspeed") == "fsdp2" else f"zero{methods.zero_stage}"
+
+
+def loop_scale(m: Machine, methods, part: str) -> float:
+    """`m.step_scale` of this engine's `part` ("compute" or "optimizer"): zero0's where the
+    engine was not measured, 1.0 where nothing was."""
+    s = m.step_scale.get(engine_key(methods)) or m.step_scale.get("zero0") or {}
+    return s.get(part, 1.0)
 
 
 class NotCalibrated(LookupError):

@@ -13,9 +13,11 @@ Compute is a roofline over every operator of the traced micro-step (`suite.predi
 
     t_op = max(flops / matmul_rate(shape), bytes / memory_rate(bytes)) + op_overhead_s
 
-times the machine's measured `step_scale["compute"]` (a reference trial's measured micro-step
-over this sum: what a real loop costs beyond the microbenchmarks), and the optimizer's step
-likewise times `step_scale["optimizer"]`; a datasheet's scale is 1.
+and a micro-step (its compute and the communication in it, which a CPU worker runs in line on
+the same cores) is multiplied by the machine's measured loop scale, `step_scale[engine]["compute"]`
+(a reference trial's measured micro-step over its prediction: what a real loop costs beyond
+the microbenchmarks), the optimizer's step likewise by `step_scale[engine]["optimizer"]`; a
+datasheet's scale is 1.
 
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
@@ -47,7 +49,7 @@ import math
 from dataclasses import dataclass, field
 
 from suite.config import Trial
-from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate
+from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale
 from suite.predict.memory import bytes_per_element
 from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
 
@@ -172,7 +174,7 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     b, n, w = me.micro_batch, t.devices, bytes_per_element(t.precision)
     p = tr.n_params
     fwd, bwd, _ = compute_seconds(tr, b, m, t.precision)
-    scale = m.step_scale.get("compute", 1.0)
+    scale = loop_scale(m, me, "compute")
     fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
@@ -231,13 +233,13 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         scatter = coll("reduce_scatter", [4 * u for u in units])
         boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
 
-    t_micro = compute + micro_comm
-    t_boundary = compute + micro_comm + boundary_comm
+    t_micro = compute + micro_comm * scale
+    t_boundary = compute + (micro_comm + boundary_comm) * scale
     detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
 
     t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
-    t_opt *= m.step_scale.get("optimizer", 1.0)
-    detail.update(opt_detail, optimizer_scale=m.step_scale.get("optimizer", 1.0))
+    t_opt *= loop_scale(m, me, "optimizer")
+    detail.update(opt_detail, optimizer_scale=loop_scale(m, me, "optimizer"))
     return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
 
 
