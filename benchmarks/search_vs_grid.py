@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--out", help="default: results/benchmarks/search_vs_grid.json (--tiny: in --work)")
     ap.add_argument("--reuse-grid", action="store_true", help="keep the grid already measured in --work")
     ap.add_argument("--tiny", action="store_true", help="a quick check of the benchmark itself, not a measurement")
+    ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
     args = ap.parse_args()
     from suite import store
 
@@ -206,6 +207,7 @@ def main() -> None:
             "grid_repeats": args.repeats,
             "searches_per_model": args.searches,
             "tiny": args.tiny,
+            "note": args.note,
         },
         "models": rows,
         "total": total,
