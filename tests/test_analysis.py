@@ -636,7 +636,8 @@ def test_compare_orders_its_rows_itself():
 
     def row(median, lo, hi):
         return pd.Series(
-            {"step_time_s": median, "step_time_ci_lo_s": lo, "step_time_ci_hi_s": hi, "step_time_ci_level": 0.75, "runs": 3}
+            {"step_time_s": median, "step_time_ci_lo_s": lo, "step_time_ci_hi_s": hi}
+            | {"step_time_ci_level": 0.75, "runs": 3}
         )
 
     fast, slow, near = row(1.0, 0.9, 1.1), row(2.0, 1.8, 2.2), row(1.05, 0.95, 1.15)

@@ -193,7 +193,8 @@ def test_step_scale_multiplies_compute_and_the_optimizer_step_only():
     assert scaled.t_optimizer == pytest.approx(3 * base.t_optimizer)
     assert base.detail["compute_scale"] == 1.0 and scaled.detail["optimizer_scale"] == 3.0
     # Another engine's scale is not this one's; zero0's stands in where this one's is missing.
-    assert other.step_time_s == pytest.approx(base.step_time_s) and fallback.step_time_s == pytest.approx(scaled.step_time_s)
+    assert other.step_time_s == pytest.approx(base.step_time_s)
+    assert fallback.step_time_s == pytest.approx(scaled.step_time_s)
 
 
 def test_bandwidth_fields_leave_trial_ids_unchanged():
@@ -285,7 +286,8 @@ def test_predicts_memory_and_oom_of_real_tiny_trials(calibrated, monkeypatch, ti
     from suite.launch import run_trial
 
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
-    t = tiny("methods.zero_stage=0", "methods.micro_batch=2", "model.config.hidden_size=256", "model.config.vocab_size=16384")
+    size = ("model.config.hidden_size=256", "model.config.vocab_size=16384")
+    t = tiny("methods.zero_stage=0", "methods.micro_batch=2", *size)
     p = Predictor().predict(t)
     fit = run_trial(replace(t, hardware=replace(t.hardware, mem_gib=round(p.device_gib * 1.3 + 0.05, 2))))
     assert fit.outcome == "ok", fit.message

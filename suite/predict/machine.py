@@ -99,13 +99,13 @@ class Machine:
     """CPU: how much more of the RLIMIT_DATA budget than resident memory a worker uses
     (thread stacks, allocator arenas): fit/oom is decided on the budget."""
     step_scale: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per engine ("zero0".."zero3", "fsdp2"; `engine_key`): measured time / predicted time of one
-    reference trial's parts, "compute" (its micro-step, less the communication predicted in it;
-    it multiplies a micro-step's compute and communication) and "optimizer" (its engine step): what a real training loop costs beyond the
-    microbenchmarks (autograd, the allocator's fresh pages, the engine's hooks and bookkeeping).
-    The reference is a calibration model, never a scored one
-    (`suite.predict.calibrate.reference_trial`); an engine not measured takes zero0's; empty:
-    1.0 (the datasheet's constants)."""
+    """Per engine ("zero0".."zero3", "fsdp2"; `engine_key`): measured time / predicted time of
+    one reference trial's parts: "compute", its micro-step less the communication predicted in
+    it (it multiplies a micro-step's compute and communication), and "optimizer", its engine
+    step. What a real training loop costs beyond the microbenchmarks (autograd, the allocator's
+    fresh pages, the engine's hooks and bookkeeping). The reference is a calibration model,
+    never a scored one (`suite.predict.calibrate.reference_trial`); calibrate measures zero0's,
+    which stands for an engine not measured; empty: 1.0 (the datasheet's constants)."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
     reserved_ratio: float = 1.0
