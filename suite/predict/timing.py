@@ -238,8 +238,9 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
 
     t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
-    t_opt *= loop_scale(m, me, "optimizer")
-    detail.update(opt_detail, optimizer_scale=loop_scale(m, me, "optimizer"))
+    opt_scale = loop_scale(m, me, "optimizer")
+    t_opt *= opt_scale
+    detail.update(opt_detail, optimizer_scale=opt_scale)
     return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
 
 
