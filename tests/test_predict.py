@@ -174,7 +174,7 @@ def test_collective_and_bucket_model():
     assert interpolate(points, (128, 128, 128)) == pytest.approx(128**3)
 
 
-def test_step_scale_multiplies_compute_and_the_optimizer_step_only():
+def test_step_scale_multiplies_the_micro_step_and_the_optimizer_step():
     """A calibration's measured loop scales of the trial's engine (`Machine.step_scale`) multiply
     the micro-step (compute and the communication in it) and the engine step."""
     from tests.conftest import make_trial
