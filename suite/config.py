@@ -249,7 +249,12 @@ class SearchConfig:
     above the device memory by more than this fraction (room for the prediction's error)."""
     margin: float = 0.03
     """Stop when no remaining candidate is predicted to beat the high end of the best one's
-    interval of the median by this fraction."""
+    interval of the median by this fraction (after `pred_error`)."""
+    pred_error: float | None = None
+    """How far the predictor may be off for a combination not yet measured, as a fraction of its
+    step time: it is still measured while its calibrated prediction less this fraction beats the
+    best one's interval by `margin`. None: the median step-time error published for this kind
+    of device (results/accuracy/<device>.json), 0.10 where none is published."""
     budget_s: float = 0.0
     """Stop after this many seconds of trials (0: no limit)."""
     min_runs: int = 3
