@@ -20,8 +20,9 @@
    not below the high end of the best one's interval (the slowest its median may be) by
    `search.margin`. Without the error term a search of Pythia-31M stopped one combination
    short of the grid's winner, predicted 5% slower than the best so far (its pick was 6.8%
-   slower). Before the rule rests on that interval, the best one is measured `search.min_runs` times: a lucky single run
-   no longer ends the search early. Or stop when `search.budget_s` of trial time is spent.
+   slower). Before the rule rests on that interval, the best one is measured
+   `search.min_runs` times: a lucky single run no longer ends the search early. Or stop
+   when `search.budget_s` of trial time is spent.
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
    (intervals overlap) until they separate or reach `search.max_runs` runs each, then name
    the winner with its interval and the configurations statistically tied with it.
