@@ -94,6 +94,7 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
         "share_of_grid_time": log["trial_s"] / grid_s,
         "search_stopped": log["stopped"],
         "search_pred_error": log.get("pred_error"),
+        "search_settings": log.get("search"),
         "search_confirmed": log["confirmed"],
         "search_winner": found["trial"]["methods"] if found else None,
         "search_winner_interval": log["best_interval"],

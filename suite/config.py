@@ -264,6 +264,11 @@ class SearchConfig:
     max_runs: int = 6
     """Contenders are re-measured until their intervals separate or each has this many runs
     (6: [min, max] covers the median with 96.9%)."""
+    refine_ties: bool = False
+    """Re-measure, up to `max_runs`, ties that cannot separate by then (their intervals are bound
+    to overlap: below 9 runs an interval is [min, max], which more runs only widen). That only
+    moves the medians, and so which of the tied ones is named the winner. False: such ties are
+    reported as they stand."""
 
 
 @dataclass

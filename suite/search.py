@@ -25,7 +25,10 @@
    when `search.budget_s` of trial time is spent.
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
    (intervals overlap) until they separate or reach `search.max_runs` runs each, then name
-   the winner with its interval and the configurations statistically tied with it.
+   the winner with its interval and the configurations statistically tied with it. A tie
+   that no number of runs up to the cap can separate is not re-measured: with the cap below
+   9 runs, an interval is [min, max], and more runs only widen it. (A search of Pythia-31M
+   spent 18 of its 48 runs taking six tied configurations from 3 runs to 6, and separated none.)
 
 The predictor of a CPU budget needs this machine's constants; a search without them measures
 them first (`suite-predict calibrate`, quick), once per machine and worker count.
@@ -44,7 +47,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -369,9 +372,26 @@ def may_tie(rec: dict, best: dict, cfg: SearchConfig) -> bool:
     return stats.Interval(x * iv.lo / m, x * iv.hi / m, iv.level, 1).overlaps(iv)
 
 
+def settled(rec: dict, best: dict, cfg: SearchConfig) -> bool:
+    """Whether `rec` stays tied with `best` however many more runs, up to `cfg.max_runs` each,
+    either gets (`stats.bound_to_overlap`): below 9 runs an interval is [min, max], and an
+    overlap of two [min, max] intervals never closes with more runs."""
+
+    def times(r: dict) -> list[float]:
+        return [x["metrics"]["step_time_s"] for x in store.ok_runs(r)]
+
+    return stats.bound_to_overlap(times(rec), times(best), cfg.max_runs)
+
+
 def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> None:
     """Re-measure the best configuration and each one that may tie it, one run at a time,
-    until their intervals separate or each has `cfg.max_runs` runs (or the budget is spent)."""
+    until their intervals separate or each has `cfg.max_runs` runs (or the budget is spent).
+
+    A rival whose interval is bound to overlap the best one's up to the cap (`settled`) is
+    reported tied as it stands, without more runs: they could only move the medians, never
+    separate the two. The best one has `cfg.min_runs` runs by then, and a settled rival
+    measured fewer times is not faster than its median (else it would be the best one).
+    `search.refine_ties=true` re-measures such ties to the cap all the same."""
     while (best := report.best) is not None:
         if spent(report, cfg):
             report.confirmed = f"stopped by the trial-time budget of {cfg.budget_s:g} s: intervals may still overlap"
@@ -380,6 +400,8 @@ def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> Non
             more_runs(report, best, run)
             continue
         rivals = [r for r in report.ok if r is not best and may_tie(r, best, cfg)]
+        if not cfg.refine_ties:
+            rivals = [r for r in rivals if not settled(r, best, cfg)]
         short = [r for r in rivals if runs(r) < cfg.min_runs]
         if short:
             more_runs(report, min(short, key=lambda r: r["metrics"]["step_time_s"]), run)
@@ -391,6 +413,9 @@ def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> Non
                 f"the best one separated from every other measured configuration ({runs(best)} runs)"
                 if not tied
                 else f"{len(tied)} configuration(s) still tied with the best one at {cfg.max_runs} runs each"
+                if rivals
+                else f"{len(tied)} configuration(s) tied with the best one ({runs(best)} runs): their intervals "
+                f"overlap in a way no number of runs up to {cfg.max_runs} each can undo"
             )
             return
         r = min(open_, key=runs)  # the fewest runs first, so both sides of an overlap grow
@@ -473,12 +498,13 @@ def search_problems(cfg: SearchConfig) -> list[str]:
     return p
 
 
-def log_of(base: Trial, report: SearchReport) -> dict:
-    """The search log written next to the results: what it spent, found and left tied."""
+def log_of(base: Trial, report: SearchReport, cfg: SearchConfig | None = None) -> dict:
+    """The search log written next to the results: its settings, what it spent, found and left tied."""
     best = report.best
     return {
         "schema": "suite.search/2",
         "base": base.to_dict(),
+        "search": asdict(cfg) if cfg else None,
         "stopped": report.stopped,
         "confirmed": report.confirmed,
         "launched": report.launched,
@@ -519,7 +545,7 @@ def _main(cfg: DictConfig) -> None:
     report = search(base, search_cfg, run)
     print(summary(base, report))
     out = Path(cfg.store.dir) / f"search-{base.model.name}-{base.hardware.name}.json"
-    out.write_text(json.dumps(log_of(base, report), indent=1))
+    out.write_text(json.dumps(log_of(base, report, search_cfg), indent=1))
     print(f"  search log: {out}")
 
 

@@ -20,7 +20,8 @@ than j above it, so it covers the median with probability
 Two configurations are tied when their intervals overlap: the runs cannot tell which is
 faster. When they do not overlap, both intervals hold their medians with probability at
 least c1 + c2 - 1 (Bonferroni), so the order of the two holds with at least that confidence
-(`separation`).
+(`separation`). Below 9 runs a 95% interval is [min, max], which more runs only widen: once
+two such intervals overlap, repeating them cannot separate them (`bound_to_overlap`).
 """
 
 from __future__ import annotations
@@ -57,16 +58,38 @@ def coverage(n: int, j: int) -> float:
     return 1 - 2 * below / 2**n
 
 
+def order(n: int, level: float = LEVEL) -> int:
+    """The j of the narrowest interval [x(j), x(n+1-j)] of n runs that reaches `level` (1: [min, max])."""
+    j = 1
+    while j + 1 <= (n + 1) // 2 and coverage(n, j + 1) >= level:
+        j += 1
+    return j
+
+
 def median_interval(xs: Sequence[float], level: float = LEVEL) -> Interval:
     """The narrowest order-statistic interval of the median reaching `level`, else [min, max] with its own coverage."""
     s = sorted(xs)
     n = len(s)
     if n == 0:
         raise ValueError("no runs: an interval needs at least one")
-    j = 1
-    while j + 1 <= (n + 1) // 2 and coverage(n, j + 1) >= level:
-        j += 1
+    j = order(n, level)
     return Interval(s[j - 1], s[n - j], coverage(n, j), n)
+
+
+def bound_to_overlap(a: Sequence[float], b: Sequence[float], cap: int, level: float = LEVEL) -> bool:
+    """Whether the intervals of runs `a` and `b` overlap however the runs still to come turn out,
+    as long as neither gets more than `cap` runs.
+
+    A further run never raises the j-th smallest time nor lowers the j-th largest, and the j
+    of an interval only grows with the runs (`order`). So up to `cap` runs the interval always
+    holds [j-th smallest, j-th largest] of the runs so far, j = order(cap); when those of `a`
+    and `b` overlap, no number of runs up to the cap can separate them. With j = 1 (a cap below
+    9 runs at 95%) that core is [min, max]: an overlap of [min, max] intervals never closes."""
+    j = order(cap, level)
+    sa, sb = sorted(a), sorted(b)
+    if len(sa) < 2 * j - 1 or len(sb) < 2 * j - 1:
+        return False  # too few runs for a core: more runs may still separate them
+    return sa[j - 1] <= sb[-j] and sb[j - 1] <= sa[-j]
 
 
 def runs_for_level(level: float = LEVEL) -> int:

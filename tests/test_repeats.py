@@ -68,6 +68,38 @@ def test_spreads_ties_and_separation_by_hand():
     assert not stats.narrow_enough(six[:5], 1.0)  # five runs cannot reach 95%, however narrow
 
 
+def test_an_overlap_more_runs_cannot_undo_is_seen_as_such():
+    assert [stats.order(n) for n in (1, 3, 6, 8, 9, 20)] == [1, 1, 1, 1, 2, 6]
+    # Up to 8 runs an interval is [min, max]: overlapping ones stay so, a point inside stays inside.
+    assert stats.bound_to_overlap([1.0, 1.2, 1.1], [1.15, 1.3, 1.25], cap=6)
+    assert stats.bound_to_overlap([1.1], [1.0, 1.2, 1.1], cap=8)
+    assert not stats.bound_to_overlap([1.25], [1.0, 1.2, 1.1], cap=6)  # apart now
+    # At 9 runs the interval drops the extremes: [x(2), x(8)]. One outlier (0.5) no longer binds.
+    assert not stats.bound_to_overlap([0.5, 1.3, 1.3], [1.0, 1.1, 1.0], cap=9)
+    assert stats.bound_to_overlap([0.5, 1.0, 1.3], [1.0, 1.1, 1.0], cap=9)
+    assert not stats.bound_to_overlap([1.0, 1.0], [1.0, 1.0, 1.0], cap=9)  # two runs: no core yet
+
+
+def test_bound_to_overlap_holds_whatever_the_runs_still_to_come():
+    """Brute force: whenever it says bound, every way of adding runs up to the cap overlaps."""
+    import random
+
+    rng = random.Random(0)
+    bound = 0
+    for _ in range(400):
+        cap = rng.choice([3, 6, 9, 12])
+        a = [rng.choice(range(10)) for _ in range(rng.randint(1, cap))]
+        b = [rng.choice(range(10)) for _ in range(rng.randint(1, cap))]
+        if not stats.bound_to_overlap(a, b, cap):
+            continue
+        bound += 1
+        for _ in range(30):
+            xa = a + [rng.choice([-100, 100, *range(10)]) for _ in range(rng.randint(0, cap - len(a)))]
+            xb = b + [rng.choice([-100, 100, *range(10)]) for _ in range(rng.randint(0, cap - len(b)))]
+            assert stats.median_interval(xa).overlaps(stats.median_interval(xb)), (a, b, xa, xb)
+    assert bound > 100  # the check was exercised
+
+
 # --- the record of a trial's runs -----------------------------------------------------------
 
 

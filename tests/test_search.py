@@ -185,23 +185,26 @@ def test_a_lucky_single_run_neither_ends_the_search_nor_wins_it(tiny):
     # for ZeRO-1 after calibration is not 3% below 0.90). Its interval, from 3 runs, reaches
     # 1.06: ZeRO-1 may beat it, so it is measured, and wins.
     runs = {0: [0.90, 1.00, 1.06, 1.00, 1.06, 0.99], 1: [0.96, 0.965, 0.96], 2: [2.0], 3: [2.0]}
-    calls: list[int] = []
-    run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
-    cfg = SearchConfig(
-        engines=["deepspeed"], zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03,
-        pred_error=0.0,
-    )  # fmt: skip
     predicted = FixedEstimator(lambda t: 1.0 if t.methods.zero_stage < 2 else 2.0)
-    report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, run, predicted, **QUIET)
-    assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(0.96)
-    assert "no remaining combination can beat" in report.stopped
-    assert {stage(r) for r in report.records} == {0, 1}  # ZeRO-2/3 predicted twice as slow: not measured
-    # ZeRO-0's interval still holds its lucky run, so the two stay tied at the cap of runs.
-    zero0 = next(r for r in report.records if stage(r) == 0)
-    assert store.interval(zero0).lo == 0.90 and store.interval(zero0).overlaps(store.interval(report.best))
-    assert report.tied() == [zero0] and zero0["metrics"]["runs"] == report.best["metrics"]["runs"] == 6
-    assert "still tied" in report.confirmed
-    assert report.launched == 12 == len(calls) and report.trial_s == 12.0
+    for refine in (False, True):
+        calls: list[int] = []
+        run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
+        cfg = SearchConfig(
+            engines=["deepspeed"], zero_stages=[0, 1, 2, 3], offloads=["none"], recomputes=["none"], margin=0.03,
+            pred_error=0.0, refine_ties=refine,
+        )  # fmt: skip
+        report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, run, predicted, **QUIET)
+        assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(0.96)
+        assert "no remaining combination can beat" in report.stopped
+        assert {stage(r) for r in report.records} == {0, 1}  # ZeRO-2/3 predicted twice as slow: not measured
+        # ZeRO-0's interval holds its lucky run, so the two stay tied however many runs they get:
+        # by default that is seen at 3 runs each; refined, they are measured to the cap for nothing.
+        zero0 = next(r for r in report.records if stage(r) == 0)
+        assert store.interval(zero0).lo == 0.90 and store.interval(zero0).overlaps(store.interval(report.best))
+        n = 6 if refine else 3
+        assert report.tied() == [zero0] and zero0["metrics"]["runs"] == report.best["metrics"]["runs"] == n
+        assert ("still tied" if refine else "no number of runs up to 6 each can undo") in report.confirmed
+        assert report.launched == 2 * n == len(calls) and report.trial_s == 2.0 * n
 
 
 def test_the_stop_rule_allows_for_the_predictors_own_error(tiny, tmp_path, monkeypatch):
@@ -241,14 +244,22 @@ def test_confirmation_separates_close_rivals_and_leaves_far_ones_alone(tiny):
         2: [1.5],
         3: [1.005, 0.995, 1.00, 1.01, 0.99, 1.00],
     }
-    calls: list[int] = []
-    run = scripted(1, lambda t: 0.0, calls, by_stage(runs))
-    report = SearchReport()
-    for z in range(4):
-        t = with_methods(tiny("hardware.mem_gib=1", ONE_MB), zero_stage=z, micro_batch=1)
-        report.add(t, run(t))
-    confirm(report, SearchConfig(min_runs=3, max_runs=6), run, **QUIET)
-    got = {stage(r): r["metrics"]["runs"] for r in report.records}
+
+    def confirmed(**settings):
+        run = scripted(1, lambda t: 0.0, [], by_stage(runs))
+        report = SearchReport()
+        for z in range(4):
+            t = with_methods(tiny("hardware.mem_gib=1", ONE_MB), zero_stage=z, micro_batch=1)
+            report.add(t, run(t))
+        confirm(report, SearchConfig(min_runs=3, max_runs=6, **settings), run, **QUIET)
+        return report, {stage(r): r["metrics"]["runs"] for r in report.records}
+
+    # By default ZeRO-3's single run (1.005) inside ZeRO-0's [0.99, 1.01] settles it: tied at
+    # any number of runs up to 6. ZeRO-1's (1.02) is outside: it may separate, and does.
+    report, got = confirmed()
+    assert got == {0: 3, 1: 3, 2: 1, 3: 1} and "no number of runs up to 6 each can undo" in report.confirmed
+    assert [stage(r) for r in report.tied()] == [3] and "a single run: no interval" in summary(tiny(ONE_MB), report)
+    report, got = confirmed(refine_ties=True)
     assert got == {0: 6, 1: 3, 2: 1, 3: 6}  # 1 separated at 3 runs; 2 never re-measured; 0 and 3 to the cap
     assert stage(report.best) in (0, 3) and [stage(r) for r in report.tied()] == [3 - stage(report.best)]
     zero1 = next(r for r in report.records if stage(r) == 1)
