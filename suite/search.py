@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from suite import stats, store
 from suite.config import SearchConfig, Trial, problems, register, unsupported
@@ -527,7 +527,7 @@ def _main(cfg: DictConfig) -> None:
     from suite.progress import Progress
 
     base = trial_from_cfg(cfg)
-    search_cfg = SearchConfig(**cfg.search)
+    search_cfg = SearchConfig(**OmegaConf.to_container(cfg.search, resolve=True))
     found = [p for p in problems(base) if "micro_batch" not in p] + search_problems(search_cfg)
     if found:
         print("Invalid search base:", *[f"  - {p}" for p in found], sep="\n", file=sys.stderr)

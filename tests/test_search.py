@@ -411,6 +411,7 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
     winner = min(grid, key=lambda r: r["metrics"]["step_time_s"])
     found = recs[log["best"]]
     assert found["metrics"]["runs"] == 2 and log["best_interval"]["n"] == 2  # confirmed before it is named
+    assert log["search"]["min_runs"] == 2 and log["search"]["zero_stages"] == [0, 1]  # its settings, as JSON
     same = found["trial"]["methods"] == winner["trial"]["methods"]
     assert same or store.interval(found).overlaps(store.interval(winner))  # or tied with the fastest
     assert "best:" in out.stdout and "for 143,000 steps" in out.stdout and "confirmation:" in out.stdout
