@@ -14,6 +14,13 @@ machine's if that one is not here). Per record:
                          boundary_time_s, optimizer_time_s (t_micro, t_boundary, t_optimizer)
     fit_right            the predicted fit against the outcome (ok or oom), for records with a
                          memory budget (a CPU worker without one always fits)
+    speed_ratio          the run's speed probe over the calibration's (`suite.predict.calibrate.
+                         speed_probe`): 1 when the machine ran as fast as when it was
+                         calibrated; a shared machine drifts (1.5-1.7x on a 2-core VM)
+    step_time_at_speed_err_pct  the step-time error with the prediction divided by that
+                         ratio: the model's error with the machine's drift taken out, an
+                         assumption (time inversely proportional to the probe's speed) shown
+                         beside the plain error, never instead of it
 
 and per (model, budget) with three or more ok records, the Spearman rank correlation of
 predicted and measured step times. The summary gives median, p90 and max of |error| per
@@ -41,6 +48,8 @@ QUANTITIES = (
     "micro_err_pct",
     "boundary_err_pct",
     "optimizer_err_pct",
+    "step_time_at_speed_err_pct",
+    "speed_ratio",
 )
 
 
@@ -124,6 +133,10 @@ def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
             row["step_time_err_pct"] = _err(p.step_time_s, m.get("step_time_s"))
             for (measured, predicted), name in zip(PARTS, ("micro", "boundary", "optimizer"), strict=True):
                 row[f"{name}_err_pct"] = _err(getattr(p, predicted), m.get(measured))
+            calibrated = getattr(pred.machine(t), "probe_flops", 0.0) if hasattr(pred, "machine") else 0.0
+            if calibrated and m.get("probe_flops"):
+                row["speed_ratio"] = m["probe_flops"] / calibrated
+                row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], m.get("step_time_s"))
         if t.hardware.mem_gib > 0:
             row["fit_right"] = p.fits == (rec["outcome"] == "ok")
         rows.append(row)
@@ -174,6 +187,7 @@ def render(s: dict[str, Any], kind: str) -> str:
         "micro_err_pct": "  t_micro",
         "boundary_err_pct": "  t_boundary",
         "optimizer_err_pct": "  t_optimizer",
+        "step_time_at_speed_err_pct": "step time at the calibration's machine speed (probe-scaled)",
     }
 
     def fmt(st: dict) -> str:
@@ -182,6 +196,11 @@ def render(s: dict[str, Any], kind: str) -> str:
     for q, name in names.items():
         if q in s:
             lines.append(f"  {name:<18} {fmt(s[q])}")
+    if (r := s.get("speed_ratio") or {}).get("n"):
+        lines.append(
+            f"  machine speed over its calibration's (speed probe): median {r['median']:.2f}, "
+            f"p90 {r['p90']:.2f}, max {r['max']:.2f} (n={r['n']})"
+        )
     if s.get("fit_n"):
         lines.append(f"  fit/oom right      {s['fit_right_pct']:.1f}% of {s['fit_n']} trials with a memory budget")
     for method, qs in s["per_method"].items():

@@ -242,7 +242,7 @@ def _summary(trial: dict, per_run: list[dict]) -> dict[str, Any]:
     for k in list(out):
         if k.endswith("_gib") and all(isinstance(m.get(k), (int, float)) for m in per_run):
             out[k] = max(m[k] for m in per_run)  # a configuration must fit every time
-    for k in PARTS:
+    for k in (*PARTS, "probe_flops"):  # the speed probe too: the machine's speed over the runs
         if all(isinstance(m.get(k), (int, float)) for m in per_run):
             out[k] = stats.median([m[k] for m in per_run])
     if n > 1:

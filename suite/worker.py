@@ -147,6 +147,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     import torch.distributed as dist
 
     from suite import engines, metrics, models
+    from suite.predict.calibrate import speed_probe
 
     cuda = t.hardware.device == "cuda"
     if cuda:
@@ -220,6 +221,16 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         elif w.timing and not was_timing:
             reset_peaks(cuda)  # the timed window's peaks start here
     timed = peaks(cuda)
+    # The machine's speed now, after the timed window (it changes nothing measured): every rank
+    # at once, the slowest one's, as a calibration keeps it.
+    # A trial near its memory limit may have no room for the probe's matrices: no figure then.
+    dist.barrier()
+    try:
+        speed = speed_probe(device, sync)
+    except RuntimeError:  # out of memory (torch.OutOfMemoryError is one)
+        speed = -1.0
+    probe = torch.tensor([speed], dtype=torch.float64, device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MIN)
 
     # The slowest rank sets each timer: max over ranks, element by element.
     n = t.measure.timed_steps
@@ -250,6 +261,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         skipped_steps_warmup=w.skipped_warmup,
         skipped_steps_discarded=w.discarded,
         recompiles_timed=w.recompiles,
+        probe_flops=probe.item() if probe.item() > 0 else None,
     )
     return out
 

@@ -269,7 +269,7 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert set(m.collectives) == {"all_reduce", "all_gather", "reduce_scatter"}
     assert all(lat > 0 and bw > 0 for lat, bw in m.collectives.values())
     assert m.adam_elements_per_s["torch"] > 0
-    assert 0 < m.runtime_bytes["zero0"] < GIB
+    assert 0 < m.runtime_bytes["zero0"] < GIB and m.probe_flops > 0
     # A real loop is slower than its operators measured alone, though not by an order of magnitude.
     assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "optimizer"}
     assert all(0.5 < v < 10 for v in m.step_scale["zero0"].values())
@@ -289,10 +289,22 @@ def test_predicts_memory_and_oom_of_real_tiny_trials(calibrated, monkeypatch, ti
     size = ("model.config.hidden_size=256", "model.config.vocab_size=16384")
     t = tiny("methods.zero_stage=0", "methods.micro_batch=2", *size)
     p = Predictor().predict(t)
-    fit = run_trial(replace(t, hardware=replace(t.hardware, mem_gib=round(p.device_gib * 1.3 + 0.05, 2))))
+    fit_trial = replace(t, hardware=replace(t.hardware, mem_gib=round(p.device_gib * 1.3 + 0.05, 2)))
+    fit = run_trial(fit_trial)
     assert fit.outcome == "ok", fit.message
     assert p.peak_mem_gib == pytest.approx(fit.metrics["peak_mem_gib"], rel=0.10)
     assert p.step_time_s > 0 and not math.isnan(p.step_time_s)
+    # The run and the calibration each carry the machine's speed (the probe); the accuracy
+    # report sets one against the other, and scales the prediction by it in a column of its own.
+    from analysis.accuracy import score
+
+    probe = load_calibration("cpu-x2").probe_flops
+    assert probe > 0 and fit.metrics["probe_flops"] > 0
+    rec = {"trial_id": "fit", "_file": "fit", "outcome": "ok", "metrics": fit.metrics, "trial": fit_trial.to_dict()}
+    row = score([rec]).iloc[0]
+    assert row.speed_ratio == pytest.approx(fit.metrics["probe_flops"] / probe)
+    at_speed = 100 * (row.pred_step_time_s / row.speed_ratio / fit.metrics["step_time_s"] - 1)
+    assert row.step_time_at_speed_err_pct == pytest.approx(at_speed)
     small = round(p.device_gib * 0.75, 3)
     tight = replace(t, hardware=replace(t.hardware, mem_gib=small))
     assert not Predictor().predict(tight).fits

@@ -75,7 +75,7 @@ def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, 
         "DeepSpeedZeroOptimizer_Stage3" if stage == 3 else "DeepSpeedZeroOptimizer" if stage else "FusedAdam"
     )
     assert (m["warmup_steps_run"], m["skipped_steps_warmup"], m["skipped_steps_discarded"]) == (1, 0, 0)
-    assert m["recompiles_timed"] == 0
+    assert m["recompiles_timed"] == 0 and m["probe_flops"] > 0  # the machine's speed, after the timed window
     assert m["first_loss"] == pytest.approx(math.log(models.shape(t.model).vocab), rel=0.02)
     assert 0 < m["build_peak_mem_gib"] and 0 < m["peak_mem_gib"] < m["host_peak_gib"]
     assert workers_of(t) == []

@@ -74,6 +74,25 @@ def _timeit(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> flo
     return best
 
 
+PROBE = {"cpu": (512, "fp32"), "cuda": (4096, "bf16")}
+"""The speed probe's matrix side and dtype per device kind."""
+
+
+def speed_probe(dev, sync) -> float:
+    """FLOP/s of one fixed matrix multiply (512-cube fp32 on a CPU, 4096-cube bf16 on a GPU):
+    the machine's speed at the time. Every run records it (suite.worker) and so does every
+    calibration, so a shared machine's drift between the two is seen, not taken for an error of
+    the model: on a 2-core VM the same trials ran 1.5-1.7x faster a day after they were measured,
+    and the calibration's microbenchmarks 1.5-2x."""
+    import torch
+
+    from suite.methods import DTYPES
+
+    side, dtype = PROBE[dev.type]
+    a, b = (torch.randn(side, side, device=dev, dtype=DTYPES[dtype]) for _ in range(2))
+    return 2 * side**3 / _timeit(lambda: torch.mm(a, b), sync, min_s=0.1)
+
+
 def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
     """The microbenchmarks of one rank; collective figures need every rank running them."""
     import torch
@@ -94,6 +113,8 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
             dist.barrier()
 
     out: dict = {"matmul": {}, "attention": [], "collectives": {}, "adam": {}}
+    barrier()
+    out["probe_flops"] = speed_probe(dev, sync)
     for dtype in dtypes:
         rows = []
         sides = GRID[mode] if cuda or dtype == "fp32" else [x for x in GRID[mode] if x <= 1024]
@@ -263,6 +284,7 @@ def _slowest(results: list[dict]) -> dict:
         row[:2] + [min(r["attention"][i][2] for r in results), min(r["attention"][i][3] for r in results)]
         for i, row in enumerate(first["attention"])
     ]
+    out["probe_flops"] = min(r["probe_flops"] for r in results)
     out["memory_bps"] = min(r["memory_bps"] for r in results)
     out["memory_curve"] = [
         [p[0], min(r["memory_curve"][i][1] for r in results)] for i, p in enumerate(first["memory_curve"])
@@ -485,6 +507,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         host_bps=res["host_bps"] if math.isfinite(res["host_bps"]) else 0.0,
         runtime_bytes=runtime,
         data_margin_bytes=margin,
+        probe_flops=res["probe_flops"],
         notes=notes,
     )
     if t.hardware.device == "cpu":  # a GPU's reference needs the datasheet's constants merged first
