@@ -14,7 +14,7 @@ machine's if that one is not here). Per record:
                          boundary_time_s, optimizer_time_s (t_micro, t_boundary, t_optimizer)
     fit_right            the predicted fit against the outcome (ok or oom), for records with a
                          memory budget (a CPU worker without one always fits)
-    speed_ratio          the run's speed probe over the calibration's (`suite.predict.calibrate.
+    speed_ratio          the run's speed probe over the calibration's (`suite.metrics.
                          speed_probe`): 1 when the machine ran as fast as when it was
                          calibrated; a shared machine drifts (1.5-1.7x on a 2-core VM)
     step_time_at_speed_err_pct  the step-time error with the prediction divided by that
@@ -133,7 +133,7 @@ def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
             row["step_time_err_pct"] = _err(p.step_time_s, m.get("step_time_s"))
             for (measured, predicted), name in zip(PARTS, ("micro", "boundary", "optimizer"), strict=True):
                 row[f"{name}_err_pct"] = _err(getattr(p, predicted), m.get(measured))
-            calibrated = getattr(pred.machine(t), "probe_flops", 0.0) if hasattr(pred, "machine") else 0.0
+            calibrated = pred.machine(t).probe_flops
             if calibrated and m.get("probe_flops"):
                 row["speed_ratio"] = m["probe_flops"] / calibrated
                 row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], m.get("step_time_s"))

@@ -147,7 +147,6 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     import torch.distributed as dist
 
     from suite import engines, metrics, models
-    from suite.predict.calibrate import speed_probe
 
     cuda = t.hardware.device == "cuda"
     if cuda:
@@ -226,7 +225,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     # A trial near its memory limit may have no room for the probe's matrices: no figure then.
     dist.barrier()
     try:
-        speed = speed_probe(device, sync)
+        speed = metrics.speed_probe(device, sync)
     except RuntimeError:  # out of memory (torch.OutOfMemoryError is one)
         speed = -1.0
     probe = torch.tensor([speed], dtype=torch.float64, device=device)

@@ -39,11 +39,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from datetime import datetime, timezone
 
 from suite.config import ModelConfig, Trial
+from suite.metrics import best_time, speed_probe
 from suite.predict.machine import Machine
 
 GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
@@ -53,44 +53,6 @@ ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32,
 MEMORY_ELEMENTS = {"full": [2**14, 2**17, 2**20, 2**24], "quick": [2**16, 2**24]}
 """Elementwise sizes: from cache-resident to memory-bound (the last one is `memory_bps`)."""
 COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
-
-
-def _timeit(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> float:
-    """Seconds per call: the best of `reps` rounds of enough calls to last `min_s` (or of
-    `calls` calls: a collective needs the same count on every rank)."""
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    one = time.perf_counter() - t0  # the first call warms up; a long one is its own sample
-    best = math.inf if calls or one < min_s else one
-    n = calls or max(1, int(min_s / max(one, 1e-9)))
-    reps = reps if best == math.inf else reps - 1
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
-
-
-PROBE = {"cpu": (512, "fp32"), "cuda": (4096, "bf16")}
-"""The speed probe's matrix side and dtype per device kind."""
-
-
-def speed_probe(dev, sync) -> float:
-    """FLOP/s of one fixed matrix multiply (512-cube fp32 on a CPU, 4096-cube bf16 on a GPU):
-    the machine's speed at the time. Every run records it (suite.worker) and so does every
-    calibration, so a shared machine's drift between the two is seen, not taken for an error of
-    the model: on a 2-core VM the same trials ran 1.5-1.7x faster a day after they were measured,
-    and the calibration's microbenchmarks 1.5-2x."""
-    import torch
-
-    from suite.methods import DTYPES
-
-    side, dtype = PROBE[dev.type]
-    a, b = (torch.randn(side, side, device=dev, dtype=DTYPES[dtype]) for _ in range(2))
-    return 2 * side**3 / _timeit(lambda: torch.mm(a, b), sync, min_s=0.1)
 
 
 def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
@@ -124,7 +86,7 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
                     a = torch.randn(m, k, device=dev, dtype=DTYPES[dtype])
                     b = torch.randn(k, n, device=dev, dtype=DTYPES[dtype])
                     barrier()
-                    s = _timeit(lambda a=a, b=b: torch.mm(a, b), sync)
+                    s = best_time(lambda a=a, b=b: torch.mm(a, b), sync)
                     rows.append([m, n, k, 2 * m * n * k / s])
         out["matmul"][dtype] = rows
     seqs, dims = ATTENTION[mode]
@@ -137,11 +99,13 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             g = torch.randn_like(o)
             barrier()
-            fwd = _timeit(
+            fwd = best_time(
                 lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), sync
             )
             barrier()
-            bwd = _timeit(lambda o=o, q=q, k=k, v=v, g=g: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), sync)
+            bwd = best_time(
+                lambda o=o, q=q, k=k, v=v, g=g: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), sync
+            )
             # A causal kernel does half the FLOPs counted for it (timing.py applies the same half).
             f = 0.5 * sdpa_flop_count(shape, shape, shape)
             bwd_f = 0.5 * sdpa_backward_flop_count(shape, shape, shape, shape)
@@ -150,14 +114,14 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
     for size in MEMORY_ELEMENTS[mode]:
         x, y, z = (torch.randn(size, device=dev) for _ in range(3))
         barrier()
-        curve.append([3 * 4 * size, 3 * 4 * size / _timeit(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
+        curve.append([3 * 4 * size, 3 * 4 * size / best_time(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
     out["memory_curve"], out["memory_bps"] = curve, curve[-1][1]
     out["op_overhead_s"] = _op_overhead(dev, sync)
     if cuda:  # offload's copies: pinned host memory to the device and back
         host = torch.empty(size, pin_memory=True)
         barrier()
-        down = _timeit(lambda: x.copy_(host, non_blocking=True), sync)
-        up = _timeit(lambda: host.copy_(x, non_blocking=True), sync)
+        down = best_time(lambda: x.copy_(host, non_blocking=True), sync)
+        up = best_time(lambda: host.copy_(x, non_blocking=True), sync)
         out["host_bps"] = 4 * size / max(down, up)
     if world > 1:
         for kind in ("all_reduce", "all_gather", "reduce_scatter"):
@@ -189,7 +153,7 @@ def _op_overhead(dev, sync) -> float:
 
     with Count():
         step()
-    return _timeit(step, sync) / Count.n
+    return best_time(step, sync) / Count.n
 
 
 def _collective(kind: str, mode: str, dev, world: int, sync) -> list[list[float]]:
@@ -211,7 +175,7 @@ def _collective(kind: str, mode: str, dev, world: int, sync) -> list[list[float]
             fn = lambda buf=buf, part=part: dist.reduce_scatter_tensor(part, buf)  # noqa: E731
         try:
             dist.barrier()
-            s = _timeit(fn, sync, calls=max(2, min(50, 2**22 // nbytes)))
+            s = best_time(fn, sync, calls=max(2, min(50, 2**22 // nbytes)))
         except (RuntimeError, NotImplementedError, ValueError):  # not supported by this backend
             return []
         points.append([4 * n, s])
@@ -244,7 +208,7 @@ def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
             print(f"calibrate: {name} AdamW unavailable: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         barrier()
-        out[name] = n / _timeit(opt.step, sync, min_s=0.1)
+        out[name] = n / best_time(opt.step, sync, min_s=0.1)
     return out
 
 

@@ -107,7 +107,7 @@ class Machine:
     never a scored one (`suite.predict.calibrate.reference_trial`); calibrate measures zero0's,
     which stands for an engine not measured; empty: 1.0 (the datasheet's constants)."""
     probe_flops: float = 0.0
-    """The speed probe measured with these constants (`suite.predict.calibrate.speed_probe`, the
+    """The speed probe measured with these constants (`suite.metrics.speed_probe`, the
     slowest rank's); every run records its own, so drift between them shows; 0: not measured."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
