@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
+from suite import store
 from suite.config import Trial
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
@@ -63,8 +64,10 @@ def records(path: Path) -> tuple[list[dict], list[str]]:
         except (OSError, ValueError) as e:
             skipped.append(f"{f}: not JSON ({e})")
             continue
-        if not isinstance(rec, dict) or rec.get("schema") != "suite.trial/1":
+        if not isinstance(rec, dict) or rec.get("schema") not in store.SCHEMAS:
             continue
+        if rec["schema"] == store.SINGLE_RUN_SCHEMA:
+            rec = store.upgrade(rec)
         if rec.get("outcome") in ("ok", "oom"):
             rec["_file"] = str(f)
             out.append(rec)
