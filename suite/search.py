@@ -24,7 +24,11 @@
    `search.min_runs` times: a lucky single run no longer ends the search early. Or stop
    when `search.budget_s` of trial time is spent.
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
-   (intervals overlap) until they separate or reach `search.max_runs` runs each, then name
+   (intervals overlap; or, measured once, its run came within `search.margin` of the best
+   one's run nearest in time: a machine that drifts makes runs minutes apart incomparable,
+   and a Pythia-31M search named a winner 6.8% slower than the grid's, whose one run fell in
+   a slow spell and the best one's later runs in a fast one) until they
+   separate or reach `search.max_runs` runs each, then name
    the winner with its interval and the configurations statistically tied with it. A tie
    that no number of runs up to the cap can separate is not re-measured: with the cap below
    9 runs, an interval is [min, max], and more runs only widen it. (A search of Pythia-31M
@@ -48,6 +52,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -358,15 +363,40 @@ def beaten(report: SearchReport, pred: float, est: Estimator, cfg: SearchConfig,
         more_runs(report, best, run)
 
 
+def side_by_side(rec: dict, best: dict) -> float | None:
+    """The smallest ratio of a run of `rec` to the run of `best` measured nearest in time to it
+    (their provenance dates), or None without dates: how the two compared when the machine was
+    in the same state. A shared machine drifts (a 2-core VM ran 30% faster for minutes), and a
+    rival measured once in a slow spell looks separated from a best one measured in a fast one."""
+
+    def dated(r: dict) -> list[tuple[float, float]]:
+        out = []
+        for x in store.ok_runs(r):
+            date = (x.get("provenance") or {}).get("date")
+            if date:
+                out.append((datetime.fromisoformat(date).timestamp(), x["metrics"]["step_time_s"]))
+        return out
+
+    mine, theirs = dated(rec), dated(best)
+    if not mine or not theirs:
+        return None
+    return min(t / min(theirs, key=lambda b: abs(b[0] - when))[1] for when, t in mine)
+
+
 def may_tie(rec: dict, best: dict, cfg: SearchConfig) -> bool:
     """Whether `rec` may be tied with `best`: their intervals overlap, once `rec` has the
     `cfg.min_runs` runs an interval is judged on. Measured once, `rec` is given the relative
     interval of the best one; with more runs but fewer than that, it is a contender whose
-    runs are completed first."""
+    runs are completed first. Measured once, it may also tie when its run was within
+    `cfg.margin` of the best one's run nearest in time (`side_by_side`): in the same state of
+    the machine the two were that close, whatever the best one's later runs say."""
     iv = store.interval(best)
     if runs(rec) >= cfg.min_runs:
         return store.interval(rec).overlaps(iv)
     if runs(rec) > 1:
+        return True
+    paired = side_by_side(rec, best)
+    if paired is not None and paired <= 1 + cfg.margin:
         return True
     m, x = best["metrics"]["step_time_s"], rec["metrics"]["step_time_s"]
     return stats.Interval(x * iv.lo / m, x * iv.hi / m, iv.level, 1).overlaps(iv)
@@ -387,11 +417,12 @@ def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> Non
     """Re-measure the best configuration and each one that may tie it, one run at a time,
     until their intervals separate or each has `cfg.max_runs` runs (or the budget is spent).
 
-    A rival whose interval is bound to overlap the best one's up to the cap (`settled`) is
-    reported tied as it stands, without more runs: they could only move the medians, never
-    separate the two. The best one has `cfg.min_runs` runs by then, and a settled rival
-    measured fewer times is not faster than its median (else it would be the best one).
-    `search.refine_ties=true` re-measures such ties to the cap all the same."""
+    Every rival that may tie gets `cfg.min_runs` runs first, as the best one has: the winner is
+    named on medians of as many runs (a rival measured once in a slow spell of the machine, run
+    again beside the best one, may win). Beyond that, a rival whose interval is bound to
+    overlap the best one's up to the cap (`settled`) is reported tied as it stands: more runs
+    could only move the medians, never separate the two. `search.refine_ties=true`
+    re-measures such ties to the cap all the same."""
     while (best := report.best) is not None:
         if spent(report, cfg):
             report.confirmed = f"stopped by the trial-time budget of {cfg.budget_s:g} s: intervals may still overlap"
@@ -400,12 +431,12 @@ def confirm(report: SearchReport, cfg: SearchConfig, run: Run, log=print) -> Non
             more_runs(report, best, run)
             continue
         rivals = [r for r in report.ok if r is not best and may_tie(r, best, cfg)]
-        if not cfg.refine_ties:
-            rivals = [r for r in rivals if not settled(r, best, cfg)]
         short = [r for r in rivals if runs(r) < cfg.min_runs]
         if short:
             more_runs(report, min(short, key=lambda r: r["metrics"]["step_time_s"]), run)
             continue
+        if not cfg.refine_ties:
+            rivals = [r for r in rivals if not settled(r, best, cfg)]
         open_ = [r for r in [best, *rivals] if runs(r) < cfg.max_runs]
         if not rivals or not open_:
             tied = report.tied()
