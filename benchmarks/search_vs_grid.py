@@ -8,7 +8,9 @@ into a fresh store, and compares every search run with the grid:
 - its trial seconds (every run it measured, confirmation included) against the grid's (every
   run of every configuration, R each);
 - whether its winner is the grid's winner, or tied with it: the grid's intervals of the two
-  configurations overlap (both measured by the grid, under the same conditions).
+  configurations overlap (both measured by the grid, under the same conditions);
+- and, on the search's own runs, whether the grid's winner is its winner, tied with it,
+  separated from it or not measured (with --reuse-grid, the grid may be from another day).
 
 Target: every search run's winner equal or tied, at no more than 35% of the grid's time.
 
@@ -88,6 +90,7 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
         in_grid is not None and in_grid["outcome"] == "ok" and store.interval(in_grid).overlaps(store.interval(winner))
     )
     grid_s = sum(r["wall_s"] for r in grid)
+    here = store.load(search_dir, winner["trial_id"])  # the grid's winner, as this search measured it
     return {
         "search_runs_launched": log["launched"],
         "search_trial_s": log["trial_s"],
@@ -108,6 +111,16 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
             else None
         ),
         "verdict": "same" if same else "tied" if tied else "missed" if in_grid else "not in the grid",
+        # On the search's own runs (measured the same day as its winner; the grid may not be):
+        "grid_winner_in_search": (
+            "its winner"
+            if same
+            else "tied with its winner"
+            if winner["trial_id"] in log["tied"]
+            else "separated from its winner"
+            if here is not None and here["outcome"] == "ok"
+            else "not measured"
+        ),  # fmt: skip
         "largest_fit": log["largest_fit"],
         "fastest_mb": log["fastest_mb"],
     }
@@ -229,7 +242,8 @@ def main() -> None:
             print(
                 f"  search {i}: {s['search_runs_launched']} runs / {s['search_trial_s']:.0f} s "
                 f"({s['share_of_grid_time']:.0%} of the grid's), winner {s['verdict']} "
-                f"(in the grid: {s['search_winner_in_grid']})"
+                f"(in the grid: {s['search_winner_in_grid']}); the grid's winner in this search: "
+                f"{s['grid_winner_in_search']}"
             )
     print(
         f"worst share {total['worst_share_of_grid_time']:.0%} (target <= {TARGET_SHARE:.0%}), verdicts "
