@@ -66,8 +66,7 @@ def records(path: Path) -> tuple[list[dict], list[str]]:
             continue
         if not isinstance(rec, dict) or rec.get("schema") not in store.SCHEMAS:
             continue
-        if rec["schema"] == store.SINGLE_RUN_SCHEMA:
-            rec = store.upgrade(rec)
+        rec = store.current(rec)
         if rec.get("outcome") in ("ok", "oom"):
             rec["_file"] = str(f)
             out.append(rec)

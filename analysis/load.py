@@ -197,8 +197,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
             raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
         if m["step_time_s"] <= 0:
             raise Malformed(f"step_time_s={m['step_time_s']} is not positive")
-    if rec["schema"] == store.SINGLE_RUN_SCHEMA:
-        rec = store.upgrade(rec)
+    rec = store.current(rec)
     _check_runs(rec)
     m = rec["metrics"]
     bad = [k for k in FLOAT_METRICS if m.get(k) is not None and not _number(m, k)]

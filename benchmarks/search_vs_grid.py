@@ -120,7 +120,7 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
             else "separated from its winner"
             if here is not None and here["outcome"] == "ok"
             else "not measured"
-        ),  # fmt: skip
+        ),
         "largest_fit": log["largest_fit"],
         "fastest_mb": log["fastest_mb"],
     }

@@ -27,11 +27,11 @@
    (intervals overlap; or, measured once, its run came within `search.margin` of the best
    one's run nearest in time: a machine that drifts makes runs minutes apart incomparable,
    and a Pythia-31M search named a winner 6.8% slower than the grid's, whose one run fell in
-   a slow spell and the best one's later runs in a fast one) until they
-   separate or reach `search.max_runs` runs each, then name
-   the winner with its interval and the configurations statistically tied with it. A tie
-   that no number of runs up to the cap can separate is not re-measured: with the cap below
-   9 runs, an interval is [min, max], and more runs only widen it. (A search of Pythia-31M
+   a slow spell and the best one's later runs in a fast one) until they separate or reach
+   `search.max_runs` runs each, then name the winner with its interval and the
+   configurations statistically tied with it. A tie that no number of runs up to the cap
+   can separate is not re-measured: with the cap below 9 runs, an interval is [min, max],
+   and more runs only widen it. (A search of Pythia-31M
    spent 18 of its 48 runs taking six tied configurations from 3 runs to 6, and separated none.)
 
 The predictor of a CPU budget needs this machine's constants; a search without them measures

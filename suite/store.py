@@ -25,7 +25,7 @@ in the fields every reader uses:
 - `wall_s`: the wall time of all runs; `provenance`: the latest run's.
 
 Records of schema suite.trial/1 (one run, its figures at the top) load as single runs
-(`load`, `upgrade`).
+(`load`, `current`).
 
 Jobs that share a store (a grid on Slurm, a resumed search) claim a trial before
 measuring a run of it (`claim`), so each run is measured once: a second claimant waits for
@@ -79,8 +79,7 @@ def load(store_dir: str | Path, trial_id: str) -> dict[str, Any] | None:
     if not p.exists():
         return None
     with open(p) as f:
-        rec = json.load(f)
-    return upgrade(rec) if rec.get("schema") == SINGLE_RUN_SCHEMA else rec
+        return current(json.load(f))
 
 
 def stamp(store_dir: str | Path, trial_id: str) -> tuple[int, int] | None:
@@ -249,6 +248,11 @@ def _summary(trial: dict, per_run: list[dict]) -> dict[str, Any]:
         t = Trial.from_dict(trial)
         out.update(trial_metrics.rates(t, median, out["model_flops_per_token"], out["hardware_flops_per_token"]))
     return out
+
+
+def current(rec: dict[str, Any]) -> dict[str, Any]:
+    """A trial record in the current schema: a single-run one upgraded, any other as it is."""
+    return upgrade(rec) if rec.get("schema") == SINGLE_RUN_SCHEMA else rec
 
 
 def upgrade(rec: dict[str, Any]) -> dict[str, Any]:

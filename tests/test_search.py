@@ -28,12 +28,16 @@ from suite.search import (
     confirm,
     divisors,
     log_of,
+    may_tie,
     micro_batch_search,
+    more_runs,
     search,
     search_problems,
+    side_by_side,
     summary,
     with_methods,
 )
+from suite.search import runs as runs_of
 
 
 def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
@@ -299,13 +303,9 @@ def test_a_rival_measured_once_in_a_slow_spell_is_compared_with_the_best_run_bes
         report.add(t, run(t))
     more = report.best
     assert stage(more) == 0  # 1.40 against 1.42
-    from suite.search import may_tie, side_by_side
-
     zero1 = next(r for r in report.records if stage(r) == 1)
     assert side_by_side(zero1, more) == pytest.approx(1.42 / 1.40)
     # ZeRO-0's two fast runs, then the rule with and without the run beside it:
-    from suite.search import more_runs
-
     cfg = SearchConfig(min_runs=3, max_runs=6)
     while runs_of(more := report.best) < 3:
         more_runs(report, more, run)
@@ -316,10 +316,6 @@ def test_a_rival_measured_once_in_a_slow_spell_is_compared_with_the_best_run_bes
     assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(1.00)
     assert runs_of(report.best) == 3 and [stage(r) for r in report.tied()] == [0]  # ZeRO-0's slow run
     assert "no number of runs up to 6 each can undo" in report.confirmed and len(calls) == 6
-
-
-def runs_of(rec: dict) -> int:
-    return rec["metrics"]["runs"]
 
 
 def test_a_configuration_that_fits_only_sometimes_drops_out(tiny):
