@@ -197,6 +197,26 @@ def test_step_scale_multiplies_the_micro_step_and_the_optimizer_step():
     assert fallback.step_time_s == pytest.approx(scaled.step_time_s)
 
 
+def test_comm_scale_multiplies_the_communication_and_zero0_gives_the_compute_scale():
+    """Where a calibration measured the engine's communication scale, it multiplies the
+    communication alone; compute keeps ZeRO-0's scale."""
+    from tests.conftest import make_trial
+
+    t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.zero_stage=2", "methods.micro_batch=4"])
+    me = t.methods
+    tr = traced(t.model, me.attention, me.recompute, t.precision)
+    m = datasheet(t)
+    base = timing.step_parts(t, tr, m)
+    scales = {"zero0": {"compute": 2.0, "optimizer": 1.0, "comm": 5.0}, "zero2": {"comm": 3.0, "optimizer": 4.0}}
+    scaled = timing.step_parts(t, tr, replace(m, step_scale=scales))
+    compute = base.detail["forward_s"] + base.detail["backward_s"]
+    comm = base.detail["micro_comm_s"]
+    assert comm > 0 and compute > 0
+    assert scaled.t_micro == pytest.approx(2 * compute + 3 * comm)
+    assert scaled.t_optimizer == pytest.approx(4 * base.t_optimizer)
+    assert scaled.detail["comm_scale"] == 3.0 and scaled.detail["compute_scale"] == 2.0
+
+
 def test_bandwidth_fields_leave_trial_ids_unchanged():
     """The bandwidths describe the hardware to the predictor; stored trials keep their ids."""
     for path in sorted(FIXTURES.glob("*.json")):
@@ -271,7 +291,7 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert m.adam_elements_per_s["torch"] > 0
     assert 0 < m.runtime_bytes["zero0"] < GIB and m.probe_flops > 0
     # A real loop is slower than its operators measured alone, though not by an order of magnitude.
-    assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "optimizer"}
+    assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "comm", "optimizer"}
     assert all(0.5 < v < 10 for v in m.step_scale["zero0"].values())
 
 

@@ -21,10 +21,11 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
 and, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
 parameters under each engine give the resident memory a trial holds beyond its tensors; one
 bisection of the memory budget on the same trial gives how much more of the RLIMIT_DATA budget
-than resident memory a worker uses. Last, one real ZeRO-0 trial of a calibration model (never a
-scored one), timed and compared with what the microbenchmarks predict for it, gives
-`step_scale`: how much longer a real loop's micro-step and optimizer step take than their
-operators measured alone (`reference_trial`). `--quick` measures fewer points and one engine (for tests).
+than resident memory a worker uses. Last, real trials of a calibration model (never a
+scored one) under each engine, timed and compared with what the microbenchmarks predict for
+them, give `step_scale`: how much longer a real loop's compute, communication and optimizer
+step take than their operators and collectives measured alone (`reference_trial`,
+`step_scales`). `--quick` measures fewer points and one engine (for tests).
 
 The result is stored as results/calibration/<host>/<hardware>.json (`suite.predict.machine`).
 """
@@ -387,38 +388,50 @@ def reference_trial(t: Trial, engine: dict) -> Trial:
 
 
 def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str, dict[str, float]]:
-    """Per engine, measured / predicted time of the reference trial's micro-step compute (its
-    micro-step less the communication predicted in it) and of its engine step, the prediction
-    from `m`'s microbenchmarks alone (a scale of 1)."""
+    """Per engine (ZeRO-0 first), the reference trial measured against its prediction from `m`'s
+    microbenchmarks alone (scales of 1), the median of `REFERENCE_RUNS` runs:
+
+        compute    ZeRO-0 only: its micro-step, which holds no collective, over predicted compute
+        comm       the boundary micro-step less compute at ZeRO-0's scale, over the communication
+                   predicted in it (all of it: ZeRO-0's all-reduce, ZeRO-2's reductions, ...)
+        optimizer  the engine's step over its prediction
+
+    Compute is ZeRO-0's for every engine: an engine's compute scale measured on this small model
+    carried its hooks and bookkeeping into the compute of larger models (17.7% median step-time
+    error against 11.0% with ZeRO-0's, benchmarks/prediction_accuracy.py, in November 2026); that cost
+    comes with the engine's collectives, one per bucket or module, and so goes with them."""
     from suite.launch import run_trial
     from suite.predict import timing
     from suite.predict.trace import traced
 
-    out = {}
+    assert next(iter(engines)) == "zero0", "ZeRO-0 gives the compute scale the others use"
+    out: dict[str, dict[str, float]] = {}
     bare = replace(m, step_scale={})
     for key, engine in engines.items():
         ref = reference_trial(t, engine)
-        micros, opts = [], []
+        runs = []
         for _ in range(REFERENCE_RUNS):
             o = run_trial(ref)
             if o.outcome != "ok" or not o.metrics.get("micro_time_s"):
                 raise RuntimeError(f"the {key} reference trial ended {o.outcome}: {o.message}")
-            micros.append(o.metrics["micro_time_s"])
-            opts.append(o.metrics["optimizer_time_s"])
+            runs.append([o.metrics[k] for k in ("micro_time_s", "boundary_time_s", "optimizer_time_s")])
+        micro, boundary, opt = (statistics.median(x) for x in zip(*runs, strict=True))
         me = ref.methods
         parts = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
         compute = parts.detail["forward_s"] + parts.detail["backward_s"]
-        micro, opt = statistics.median(micros), statistics.median(opts)
-        out[key] = {
-            "compute": max(micro - parts.detail["micro_comm_s"], 0.5 * compute) / compute,
-            "optimizer": opt / parts.t_optimizer,
-        }
+        comm = parts.detail["micro_comm_s"] + parts.detail["boundary_comm_s"]
+        out[key] = {"optimizer": opt / parts.t_optimizer}
+        if key == "zero0":
+            out[key]["compute"] = max(micro - parts.detail["micro_comm_s"], 0.5 * compute) / compute
+        c0 = out["zero0"]["compute"]
+        if comm > 0:
+            out[key]["comm"] = max(boundary - c0 * compute, 0.25 * comm) / comm
         log(
-            f"calibrate: {key} reference trial ({REFERENCE_RUNS} runs, median; micro-steps "
-            f"{', '.join(f'{x * 1e3:.0f}' for x in micros)} ms): micro-step {micro * 1e3:.1f} ms measured, compute "
-            f"{compute * 1e3:.1f} ms + communication {parts.detail['micro_comm_s'] * 1e3:.1f} ms predicted "
-            f"(compute x{out[key]['compute']:.2f}); optimizer {opt * 1e3:.1f} ms, "
-            f"{parts.t_optimizer * 1e3:.1f} ms (x{out[key]['optimizer']:.2f})"
+            f"calibrate: {key} reference trial ({REFERENCE_RUNS} runs, median; boundary micro-steps "
+            f"{', '.join(f'{r[1] * 1e3:.0f}' for r in runs)} ms): micro-step {micro * 1e3:.1f} ms, boundary "
+            f"{boundary * 1e3:.1f} ms measured; compute {compute * 1e3:.1f} ms (x{c0:.2f}) + communication "
+            f"{comm * 1e3:.1f} ms predicted (x{out[key].get('comm', 1.0):.2f}); optimizer {opt * 1e3:.1f} ms, "
+            f"{parts.t_optimizer * 1e3:.1f} ms predicted (x{out[key]['optimizer']:.2f})"
         )
     return out
 
@@ -475,11 +488,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         notes=notes,
     )
     if t.hardware.device == "cpu":  # a GPU's reference needs the datasheet's constants merged first
-        # ZeRO-0's scale stands for every engine: scales per engine, measured on this small
-        # reference model, made the CPU step times worse (17.7% median error against 11.0%, on
-        # benchmarks/prediction_accuracy.py): its hooks and per-step bookkeeping, a large share
-        # of its short step, do not grow with a model.
-        m.step_scale = step_scales(t, m, {"zero0": engines_measured(t, mode)["zero0"]}, log)
+        m.step_scale = step_scales(t, m, engines_measured(t, mode), log)
     return m
 
 

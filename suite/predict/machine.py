@@ -210,10 +210,13 @@ def engine_key(methods) -> str:
 
 
 def loop_scale(m: Machine, methods, part: str) -> float:
-    """`m.step_scale` of this engine's `part` ("compute" or "optimizer"): zero0's where the
-    engine was not measured, 1.0 where nothing was."""
-    s = m.step_scale.get(engine_key(methods)) or m.step_scale.get("zero0") or {}
-    return s.get(part, 1.0)
+    """`m.step_scale` of this engine's `part` ("compute", "comm" or "optimizer"): zero0's where
+    the engine's was not measured; for "comm" where none was, the compute scale (the
+    calibrations made before communication was scaled on its own); 1.0 where nothing was."""
+    for key in (engine_key(methods), "zero0"):
+        if part in m.step_scale.get(key, {}):
+            return m.step_scale[key][part]
+    return loop_scale(m, methods, "compute") if part == "comm" else 1.0
 
 
 class NotCalibrated(LookupError):
