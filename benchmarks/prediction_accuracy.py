@@ -7,6 +7,8 @@ GPU profiles against published well-tuned runs.
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
     python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
+    python benchmarks/prediction_accuracy.py --rescore RESULT.json CAL.json ... --out X.json
+                                     # a result's step times predicted again from other calibrations
 
 Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
@@ -159,6 +161,63 @@ def plausibility() -> list[dict]:
     return rows
 
 
+def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
+    """The step times a run of this benchmark measured (its JSON), predicted again from other
+    calibrations of the same machine, each with its loop scales per engine and with ZeRO-0's
+    alone: how much of the step-time error is the calibration's, not the trials'."""
+    import statistics
+
+    from analysis.accuracy import method_label
+    from suite.predict import Predictor
+    from suite.predict.machine import Machine
+
+    measured = json.loads(result.read_text())
+    budget = measured["records"][0]["mem_budget_gib"]
+    by_key = {(n, method_label(t), t.methods.recompute, t.methods.micro_batch): t for n, t in trials(False, budget)}
+    ok = [r for r in measured["records"] if r["outcome"] == "ok" and r.get("step_time_s")]
+    rows = []
+    for path in calibrations:
+        cal = Machine.from_dict(json.loads(path.read_text()))
+        z0 = cal.step_scale.get("zero0", {})
+        for scales, ms in (
+            ("per engine", cal),
+            (
+                "ZeRO-0 only",
+                replace(cal, step_scale={"zero0": {k: z0[k] for k in ("compute", "optimizer") if k in z0}}),
+            ),
+        ):
+
+            class Fixed(Predictor):
+                def machine(self, t, m=ms):
+                    return m
+
+            pred = Fixed()
+            errs = []
+            for r in ok:
+                t = by_key[(r["model"], r["method"], r["recompute"], r["micro_batch"])]
+                errs.append(100 * (pred.predict(t).step_time_s / r["step_time_s"] - 1))
+            absolute = sorted(abs(e) for e in errs)
+            row = {
+                "trials": result.name,
+                "measured": measured["provenance"]["date"],
+                "calibration": cal.source,
+                "scales": scales,
+                "n": len(errs),
+                "median_abs_err_pct": statistics.median(absolute),
+                "p90_abs_err_pct": absolute[int(0.9 * (len(absolute) - 1))],
+                "max_abs_err_pct": absolute[-1],
+                "median_signed_err_pct": statistics.median(errs),
+            }
+            rows.append(row)
+            print(
+                f"{result.name} ({row['measured'][:16]}) with {cal.source[:44]}, scales {scales}: step time "
+                f"{row['median_abs_err_pct']:.1f} / {row['p90_abs_err_pct']:.1f} / {row['max_abs_err_pct']:.1f} % "
+                f"(median signed {row['median_signed_err_pct']:+.1f}%)",
+                flush=True,
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -172,7 +231,21 @@ def main() -> None:
     ap.add_argument("--plausibility", action="store_true", help="only the GPU plausibility check")
     ap.add_argument("--memory-only", action="store_true", help="one timed step per trial; score memory and fit/oom")
     ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
+    ap.add_argument(
+        "--rescore",
+        nargs="+",
+        metavar="JSON",
+        help="a result of this benchmark, then calibration files: predict its step times again from each",
+    )
     args = ap.parse_args()
+    if args.rescore:
+        rows = rescore(Path(args.rescore[0]), [Path(p) for p in args.rescore[1:]])
+        from suite.store import provenance
+
+        doc = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy rescored", "rows": rows}
+        Path(args.out).write_text(json.dumps(dict(doc, provenance=provenance("cpu")), indent=1))
+        print(f"wrote {args.out}")
+        return
     from analysis.accuracy import render, score, summary
     from suite import store
 

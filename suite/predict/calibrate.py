@@ -358,9 +358,10 @@ def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
     return runtime, margin
 
 
-REFERENCE_RUNS = 3
-"""Runs of the reference trial, each in fresh workers: one run on a shared 2-core machine gave
-scales from 1.18 to 1.59 within an hour."""
+REFERENCE_RUNS = 4
+"""Rounds of the reference trials, each run in fresh workers: one run on a shared 2-core machine
+gave scales from 1.18 to 1.59 within an hour; three runs of each engine in a row gave
+communication scales from 1.6 to 2.4 for ZeRO-0 in two calibrations an hour apart."""
 
 
 def reference_trial(t: Trial, engine: dict) -> Trial:
@@ -389,49 +390,60 @@ def reference_trial(t: Trial, engine: dict) -> Trial:
 
 def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str, dict[str, float]]:
     """Per engine (ZeRO-0 first), the reference trial measured against its prediction from `m`'s
-    microbenchmarks alone (scales of 1), the median of `REFERENCE_RUNS` runs:
+    microbenchmarks alone (scales of 1). The engines run in turn, `REFERENCE_RUNS` rounds, each
+    run in fresh workers; each scale is the median over rounds of its value in one round, so
+    that a scale compares runs made minutes apart in the same state of the machine:
 
         compute    ZeRO-0 only: its micro-step, which holds no collective, over predicted compute
-        comm       the boundary micro-step less compute at ZeRO-0's scale, over the communication
-                   predicted in it (all of it: ZeRO-0's all-reduce, ZeRO-2's reductions, ...)
+        comm       the boundary micro-step less compute at the round's ZeRO-0 scale, over the
+                   communication predicted in it (ZeRO-0's all-reduce, ZeRO-2's reductions, ...)
         optimizer  the engine's step over its prediction
 
     Compute is ZeRO-0's for every engine: an engine's compute scale measured on this small model
     carried its hooks and bookkeeping into the compute of larger models (17.7% median step-time
-    error against 11.0% with ZeRO-0's, benchmarks/prediction_accuracy.py, in November 2026); that cost
-    comes with the engine's collectives, one per bucket or module, and so goes with them."""
+    error against 11.0% with ZeRO-0's, benchmarks/prediction_accuracy.py, in November 2026); that
+    cost comes with the engine's collectives, one per bucket or module, and so goes with them."""
     from suite.launch import run_trial
     from suite.predict import timing
     from suite.predict.trace import traced
 
     assert next(iter(engines)) == "zero0", "ZeRO-0 gives the compute scale the others use"
-    out: dict[str, dict[str, float]] = {}
     bare = replace(m, step_scale={})
+    refs, parts = {}, {}
     for key, engine in engines.items():
-        ref = reference_trial(t, engine)
-        runs = []
-        for _ in range(REFERENCE_RUNS):
+        refs[key] = ref = reference_trial(t, engine)
+        me = ref.methods
+        parts[key] = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
+    rounds: list[dict[str, dict[str, float]]] = []
+    for _ in range(REFERENCE_RUNS):
+        scales: dict[str, dict[str, float]] = {}
+        for key, ref in refs.items():
             o = run_trial(ref)
             if o.outcome != "ok" or not o.metrics.get("micro_time_s"):
                 raise RuntimeError(f"the {key} reference trial ended {o.outcome}: {o.message}")
-            runs.append([o.metrics[k] for k in ("micro_time_s", "boundary_time_s", "optimizer_time_s")])
-        micro, boundary, opt = (statistics.median(x) for x in zip(*runs, strict=True))
-        me = ref.methods
-        parts = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
-        compute = parts.detail["forward_s"] + parts.detail["backward_s"]
-        comm = parts.detail["micro_comm_s"] + parts.detail["boundary_comm_s"]
-        out[key] = {"optimizer": opt / parts.t_optimizer}
-        if key == "zero0":
-            out[key]["compute"] = max(micro - parts.detail["micro_comm_s"], 0.5 * compute) / compute
-        c0 = out["zero0"]["compute"]
-        if comm > 0:
-            out[key]["comm"] = max(boundary - c0 * compute, 0.25 * comm) / comm
+            d, x = parts[key].detail, o.metrics
+            compute, comm = d["forward_s"] + d["backward_s"], d["micro_comm_s"] + d["boundary_comm_s"]
+            scales[key] = {"optimizer": x["optimizer_time_s"] / parts[key].t_optimizer}
+            scales[key]["boundary_s"] = x["boundary_time_s"]
+            if key == "zero0":
+                scales[key]["compute"] = max(x["micro_time_s"] - d["micro_comm_s"], 0.5 * compute) / compute
+            if comm > 0:
+                c0 = scales["zero0"]["compute"]
+                scales[key]["comm"] = max(x["boundary_time_s"] - c0 * compute, 0.25 * comm) / comm
+        rounds.append(scales)
+    out = {
+        key: {k: statistics.median(r[key][k] for r in rounds) for k in rounds[0][key] if k != "boundary_s"}
+        for key in refs
+    }
+    for key, p in parts.items():
+        d = p.detail
+        seen = ", ".join(f"{r[key]['boundary_s'] * 1e3:.0f}" for r in rounds)
         log(
-            f"calibrate: {key} reference trial ({REFERENCE_RUNS} runs, median; boundary micro-steps "
-            f"{', '.join(f'{r[1] * 1e3:.0f}' for r in runs)} ms): micro-step {micro * 1e3:.1f} ms, boundary "
-            f"{boundary * 1e3:.1f} ms measured; compute {compute * 1e3:.1f} ms (x{c0:.2f}) + communication "
-            f"{comm * 1e3:.1f} ms predicted (x{out[key].get('comm', 1.0):.2f}); optimizer {opt * 1e3:.1f} ms, "
-            f"{parts.t_optimizer * 1e3:.1f} ms predicted (x{out[key]['optimizer']:.2f})"
+            f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps "
+            f"{seen} ms): compute "
+            f"{(d['forward_s'] + d['backward_s']) * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), "
+            f"communication {(d['micro_comm_s'] + d['boundary_comm_s']) * 1e3:.1f} ms "
+            f"(x{out[key].get('comm', 1.0):.2f}), optimizer {p.t_optimizer * 1e3:.1f} ms (x{out[key]['optimizer']:.2f})"
         )
     return out
 
