@@ -167,7 +167,9 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     alone: how much of the step-time error is the calibration's, not the trials'."""
     import statistics
 
-    from analysis.accuracy import method_label
+    import pandas as pd
+
+    from analysis.accuracy import _stats, method_label
     from suite.predict import Predictor
     from suite.predict.machine import Machine
 
@@ -196,16 +198,16 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
             for r in ok:
                 t = by_key[(r["model"], r["method"], r["recompute"], r["micro_batch"])]
                 errs.append(100 * (pred.predict(t).step_time_s / r["step_time_s"] - 1))
-            absolute = sorted(abs(e) for e in errs)
+            st = _stats(pd.Series(errs))
             row = {
                 "trials": result.name,
                 "measured": measured["provenance"]["date"],
                 "calibration": cal.source,
                 "scales": scales,
-                "n": len(errs),
-                "median_abs_err_pct": statistics.median(absolute),
-                "p90_abs_err_pct": absolute[int(0.9 * (len(absolute) - 1))],
-                "max_abs_err_pct": absolute[-1],
+                "n": st["n"],
+                "median_abs_err_pct": st["median"],
+                "p90_abs_err_pct": st["p90"],
+                "max_abs_err_pct": st["max"],
                 "median_signed_err_pct": statistics.median(errs),
             }
             rows.append(row)
