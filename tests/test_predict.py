@@ -359,3 +359,51 @@ def test_accuracy_report_from_the_committed_records(calibrated, monkeypatch, tmp
     assert all("cpu-x1" in line and "calibrate" in line for line in s["not_predicted"])
     assert {sp["model"] for sp in s["spearman"]} == {"pythia-14m", "pythia-31m"}
     assert json.loads((accuracy / "cpu.json").read_text())["n_records"] == 20
+
+
+def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
+    """`benchmarks/prediction_accuracy.py --rescore`: a result's measured step times against the
+    predictions of a calibration given as a file, with the engine's loop scales and ZeRO-0's alone."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from analysis.accuracy import method_label
+    from suite.predict import Predictor
+    from suite.predict.machine import Machine
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("prediction_accuracy", root / "benchmarks/prediction_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cal_path = sorted((root / "results/benchmarks/calibrations").glob("*.json"))[0]
+    cal = Machine.from_dict(json.loads(cal_path.read_text()))
+    assert cal.step_scale["zero3"]["comm"] != cal.step_scale["zero0"]["compute"]
+
+    class Fixed(Predictor):
+        def machine(self, t):
+            return cal
+
+    picked = [
+        (n, t) for n, t in bench.trials(False, 0.8) if t.methods.micro_batch == 2 and t.methods.recompute == "none"
+    ]
+    (n1, t1), (n2, t2) = picked[0], picked[3]
+    assert n1 == n2 and (method_label(t1), method_label(t2)) == ("DDP", "ZeRO-3")
+    records = []
+    for n, t, factor in ((n1, t1, 1.25), (n2, t2, 0.8)):  # predictions 25% too slow, 20% too fast
+        p = Fixed().predict(t).step_time_s
+        records.append(
+            {"model": n, "method": method_label(t), "recompute": "none", "micro_batch": 2, "outcome": "ok",
+             "step_time_s": p / factor, "mem_budget_gib": 0.8}
+        )  # fmt: skip
+    records.append(dict(records[0], outcome="oom", step_time_s=None))
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"records": records, "provenance": {"date": "2026-12-01T12:00:00+00:00"}}))
+    rows = bench.rescore(result, [cal_path])
+    assert [r["scales"] for r in rows] == ["per engine", "ZeRO-0 only"]
+    engine = rows[0]
+    assert engine["n"] == 2 and engine["calibration"] == cal.source
+    assert engine["median_abs_err_pct"] == pytest.approx(22.5)
+    assert engine["max_abs_err_pct"] == pytest.approx(25.0)
+    assert engine["median_signed_err_pct"] == pytest.approx(2.5)
+    assert rows[1]["median_abs_err_pct"] != pytest.approx(22.5)  # ZeRO-3 under ZeRO-0's scales predicts otherwise
