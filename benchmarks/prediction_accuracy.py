@@ -188,12 +188,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 replace(cal, step_scale={"zero0": {k: z0[k] for k in ("compute", "optimizer") if k in z0}}),
             ),
         ):
-
-            class Fixed(Predictor):
-                def machine(self, t, m=ms):
-                    return m
-
-            pred = Fixed()
+            pred = Predictor(machine=ms)
             errs = []
             for r in ok:
                 t = by_key[(r["model"], r["method"], r["recompute"], r["micro_batch"])]
@@ -227,7 +222,7 @@ def main() -> None:
     )
     ap.add_argument("--budget-gib", type=float, default=0.8)
     ap.add_argument("--store", default=str(ROOT / "results/tmp/prediction_accuracy"))
-    ap.add_argument("--out", default=str(ROOT / "results/benchmarks/prediction_accuracy.json"))
+    ap.add_argument("--out", help="default: results/benchmarks/prediction_accuracy.json (--rescore: -rescored.json)")
     ap.add_argument("--recalibrate", action="store_true", help="calibrate even if this machine has a calibration")
     ap.add_argument("--publish", action="store_true", help="write the summary to results/accuracy/cpu.json")
     ap.add_argument("--plausibility", action="store_true", help="only the GPU plausibility check")
@@ -240,7 +235,11 @@ def main() -> None:
         help="a result of this benchmark, then calibration files: predict its step times again from each",
     )
     args = ap.parse_args()
+    bench_dir = ROOT / "results/benchmarks"
+    args.out = args.out or str(bench_dir / f"prediction_accuracy{'-rescored' if args.rescore else ''}.json")
     if args.rescore:
+        if len(args.rescore) < 2:
+            ap.error("--rescore takes a result of this benchmark, then one or more calibration files")
         rows = rescore(Path(args.rescore[0]), [Path(p) for p in args.rescore[1:]])
         from suite.store import provenance
 

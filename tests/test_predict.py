@@ -380,10 +380,6 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     cal = Machine.from_dict(json.loads(cal_path.read_text()))
     assert cal.step_scale["zero3"]["comm"] != cal.step_scale["zero0"]["compute"]
 
-    class Fixed(Predictor):
-        def machine(self, t):
-            return cal
-
     picked = [
         (n, t) for n, t in bench.trials(False, 0.8) if t.methods.micro_batch == 2 and t.methods.recompute == "none"
     ]
@@ -391,7 +387,7 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     assert n1 == n2 and (method_label(t1), method_label(t2)) == ("DDP", "ZeRO-3")
     records = []
     for n, t, factor in ((n1, t1, 1.25), (n2, t2, 0.8)):  # predictions 25% too slow, 20% too fast
-        p = Fixed().predict(t).step_time_s
+        p = Predictor(machine=cal).predict(t).step_time_s
         records.append(
             {"model": n, "method": method_label(t), "recompute": "none", "micro_batch": 2, "outcome": "ok",
              "step_time_s": p / factor, "mem_budget_gib": 0.8}

@@ -90,14 +90,18 @@ class Prediction:
 
 class Predictor:
     """Predictions for trials; `host` picks whose calibration a CPU trial uses (default: this
-    machine's), `nodes`/`network` how a multi-node trial's nodes are joined."""
+    machine's), `nodes`/`network` how a multi-node trial's nodes are joined; `machine`, given,
+    is the constants every trial is predicted with (a calibration read from a file)."""
 
-    def __init__(self, network: timing.Network | None = None, host: str | None = None):
+    def __init__(self, network: timing.Network | None = None, host: str | None = None, machine: Machine | None = None):
         self.network = network or timing.Network()
         self.host = host
         self._machines: dict[str, Machine] = {}
+        self._fixed = machine
 
     def machine(self, t: Trial) -> Machine:
+        if self._fixed is not None:
+            return self._fixed
         if t.hardware.name not in self._machines:
             self._machines[t.hardware.name] = machine_for(t, self.host)
         return self._machines[t.hardware.name]

@@ -409,41 +409,38 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
 
     assert next(iter(engines)) == "zero0", "ZeRO-0 gives the compute scale the others use"
     bare = replace(m, step_scale={})
-    refs, parts = {}, {}
+    refs, predicted = {}, {}  # predicted: (compute, communication, optimizer) seconds at scales of 1
     for key, engine in engines.items():
         refs[key] = ref = reference_trial(t, engine)
         me = ref.methods
-        parts[key] = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
+        p = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
+        d = p.detail
+        predicted[key] = (d["forward_s"] + d["backward_s"], d["micro_comm_s"] + d["boundary_comm_s"], p.t_optimizer)
     rounds: list[dict[str, dict[str, float]]] = []
+    boundaries: dict[str, list[float]] = {key: [] for key in refs}
     for _ in range(REFERENCE_RUNS):
         scales: dict[str, dict[str, float]] = {}
         for key, ref in refs.items():
             o = run_trial(ref)
             if o.outcome != "ok" or not o.metrics.get("micro_time_s"):
                 raise RuntimeError(f"the {key} reference trial ended {o.outcome}: {o.message}")
-            d, x = parts[key].detail, o.metrics
-            compute, comm = d["forward_s"] + d["backward_s"], d["micro_comm_s"] + d["boundary_comm_s"]
-            scales[key] = {"optimizer": x["optimizer_time_s"] / parts[key].t_optimizer}
-            scales[key]["boundary_s"] = x["boundary_time_s"]
-            if key == "zero0":
-                scales[key]["compute"] = max(x["micro_time_s"] - d["micro_comm_s"], 0.5 * compute) / compute
+            x, (compute, comm, opt) = o.metrics, predicted[key]
+            boundaries[key].append(x["boundary_time_s"])
+            scales[key] = {"optimizer": x["optimizer_time_s"] / opt}
+            if key == "zero0":  # its micro-step holds no collective
+                scales[key]["compute"] = max(x["micro_time_s"], 0.5 * compute) / compute
             if comm > 0:
                 c0 = scales["zero0"]["compute"]
                 scales[key]["comm"] = max(x["boundary_time_s"] - c0 * compute, 0.25 * comm) / comm
         rounds.append(scales)
-    out = {
-        key: {k: statistics.median(r[key][k] for r in rounds) for k in rounds[0][key] if k != "boundary_s"}
-        for key in refs
-    }
-    for key, p in parts.items():
-        d = p.detail
-        seen = ", ".join(f"{r[key]['boundary_s'] * 1e3:.0f}" for r in rounds)
+    out = {key: {k: statistics.median(r[key][k] for r in rounds) for k in rounds[0][key]} for key in refs}
+    for key, (compute, comm, opt) in predicted.items():
+        seen = ", ".join(f"{b * 1e3:.0f}" for b in boundaries[key])
         log(
-            f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps "
-            f"{seen} ms): compute "
-            f"{(d['forward_s'] + d['backward_s']) * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), "
-            f"communication {(d['micro_comm_s'] + d['boundary_comm_s']) * 1e3:.1f} ms "
-            f"(x{out[key].get('comm', 1.0):.2f}), optimizer {p.t_optimizer * 1e3:.1f} ms (x{out[key]['optimizer']:.2f})"
+            f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps {seen} ms): "
+            f"compute {compute * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), communication "
+            f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}), optimizer {opt * 1e3:.1f} ms "
+            f"(x{out[key]['optimizer']:.2f})"
         )
     return out
 
