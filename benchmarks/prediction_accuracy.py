@@ -163,8 +163,9 @@ def plausibility() -> list[dict]:
 
 def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     """The step times a run of this benchmark measured (its JSON), predicted again from other
-    calibrations of the same machine, each with its loop scales per engine and with ZeRO-0's
-    alone: how much of the step-time error is the calibration's, not the trials'."""
+    calibrations of the same machine, each with its loop scales per engine (the engine's
+    optimizer scale) and with ZeRO-0's alone: how much of the step-time error is the
+    calibration's, not the trials'."""
     import statistics
 
     import pandas as pd

@@ -396,7 +396,8 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
 
         compute    ZeRO-0 only: its micro-step, which holds no collective, over predicted compute
         comm       the boundary micro-step less compute at the round's ZeRO-0 scale, over the
-                   communication predicted in it (ZeRO-0's all-reduce, ZeRO-2's reductions, ...)
+                   communication predicted in it (ZeRO-0's all-reduce, ZeRO-2's reductions, ...);
+                   recorded for diagnosis, not used (`machine.loop_scale` says why)
         optimizer  the engine's step over its prediction
 
     Compute is ZeRO-0's for every engine: an engine's compute scale measured on this small model
@@ -439,7 +440,7 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
         log(
             f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps {seen} ms): "
             f"compute {compute * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), communication "
-            f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}), optimizer {opt * 1e3:.1f} ms "
+            f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}, not used), optimizer {opt * 1e3:.1f} ms "
             f"(x{out[key]['optimizer']:.2f})"
         )
     return out

@@ -100,9 +100,9 @@ class Machine:
     (thread stacks, allocator arenas): fit/oom is decided on the budget."""
     step_scale: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per engine ("zero0".."zero3", "fsdp2"; `engine_key`): measured time / predicted time of
-    one reference trial's parts: "compute", its micro-step less the communication predicted in
-    it (it multiplies a micro-step's compute and communication), and "optimizer", its engine
-    step. What a real training loop costs beyond the microbenchmarks (autograd, the allocator's
+    one reference trial's parts: "compute", ZeRO-0's micro-step (it multiplies a micro-step's
+    compute and communication), and "optimizer", the engine's step ("comm": recorded, not used;
+    see `loop_scale`). What a real training loop costs beyond the microbenchmarks (autograd, the allocator's
     fresh pages, the engine's hooks and bookkeeping). The reference is a calibration model,
     never a scored one (`suite.predict.calibrate.reference_trial`); calibrate measures zero0's,
     which stands for an engine not measured; empty: 1.0 (the datasheet's constants)."""
@@ -210,13 +210,19 @@ def engine_key(methods) -> str:
 
 
 def loop_scale(m: Machine, methods, part: str) -> float:
-    """`m.step_scale` of this engine's `part` ("compute", "comm" or "optimizer"): zero0's where
-    the engine's was not measured; for "comm" where none was, the compute scale (the
-    calibrations made before communication was scaled on its own); 1.0 where nothing was."""
+    """`m.step_scale` of this engine's `part` ("compute" or "optimizer"): zero0's where the
+    engine's was not measured; 1.0 where nothing was. Communication takes the compute scale.
+
+    A calibration also records each engine's own communication scale ("comm"), for diagnosis
+    only: over six calibrations of one day (2026-12-01) it ranged 0.85-5.12 for ZeRO-2 and
+    1.2-2.6 for ZeRO-3, and predicting with it scored worse than with the compute scale (median
+    step-time error 15.4% against 12.3% over 15 pairs of a measured run and a calibration,
+    worst 25.5% against 17.3%; `benchmarks/prediction_accuracy.py --rescore`)."""
+    assert part in ("compute", "optimizer"), part
     for key in (engine_key(methods), "zero0"):
         if part in m.step_scale.get(key, {}):
             return m.step_scale[key][part]
-    return loop_scale(m, methods, "compute") if part == "comm" else 1.0
+    return 1.0
 
 
 class NotCalibrated(LookupError):

@@ -16,10 +16,10 @@ Compute is a roofline over every operator of the traced micro-step (`suite.predi
 and the machine's measured loop scales multiply each part (`suite.predict.calibrate.step_scales`:
 real trials of a calibration model, measured against their prediction from the microbenchmarks
 alone; what a real loop costs beyond its operators and collectives measured one at a time):
-compute by ZeRO-0's `step_scale["zero0"]["compute"]`, the communication of a micro-step and of
-the boundary by the engine's `["comm"]` (it holds, beside the collectives, the engine's
-bookkeeping around each: ZeRO-3's and FSDP2's hooks, copies and waits for the slower rank),
-the optimizer's step by the engine's `["optimizer"]`; a datasheet's scales are 1.
+compute and the communication of a micro-step and of the boundary by ZeRO-0's
+`step_scale["zero0"]["compute"]` (the engine's own communication scale is recorded, not used:
+`suite.predict.machine.loop_scale`), the optimizer's step by the engine's `["optimizer"]`; a
+datasheet's scales are 1.
 
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
@@ -235,10 +235,10 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         scatter = coll("reduce_scatter", [4 * u for u in units])
         boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
 
-    comm_scale = loop_scale(m, me, "comm")
-    t_micro = compute + micro_comm * comm_scale
-    t_boundary = compute + (micro_comm + boundary_comm) * comm_scale
-    detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm, comm_scale=comm_scale)
+    # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable).
+    t_micro = compute + micro_comm * scale
+    t_boundary = compute + (micro_comm + boundary_comm) * scale
+    detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
 
     t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
     opt_scale = loop_scale(m, me, "optimizer")
