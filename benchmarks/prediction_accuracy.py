@@ -7,8 +7,8 @@ GPU profiles against published well-tuned runs.
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
     python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
-    python benchmarks/prediction_accuracy.py --rescore RESULT.json CAL.json ... --out X.json
-                                     # a result's step times predicted again from other calibrations
+    python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --out X.json
+                                     # results' step times predicted again from each calibration
 
 Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
@@ -184,10 +184,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
         z0 = cal.step_scale.get("zero0", {})
         for scales, ms in (
             ("per engine", cal),
-            (
-                "ZeRO-0 only",
-                replace(cal, step_scale={"zero0": {k: z0[k] for k in ("compute", "optimizer") if k in z0}}),
-            ),
+            ("ZeRO-0 only", replace(cal, step_scale={"zero0": z0})),
         ):
             pred = Predictor(machine=ms)
             errs = []
@@ -233,18 +230,23 @@ def main() -> None:
         "--rescore",
         nargs="+",
         metavar="JSON",
-        help="a result of this benchmark, then calibration files: predict its step times again from each",
+        help="results of this benchmark and calibration files (told apart by content): predict each "
+        "result's step times again from each calibration",
     )
     args = ap.parse_args()
     bench_dir = ROOT / "results/benchmarks"
     args.out = args.out or str(bench_dir / f"prediction_accuracy{'-rescored' if args.rescore else ''}.json")
     if args.rescore:
-        if len(args.rescore) < 2:
-            ap.error("--rescore takes a result of this benchmark, then one or more calibration files")
-        rows = rescore(Path(args.rescore[0]), [Path(p) for p in args.rescore[1:]])
+        paths = [Path(p) for p in args.rescore]
+        results = [p for p in paths if "records" in json.loads(p.read_text())]
+        calibrations = [p for p in paths if p not in results]
+        if not results or not calibrations:
+            ap.error("--rescore takes one or more results of this benchmark and one or more calibration files")
+        rows = [row for r in results for row in rescore(r, calibrations)]
         from suite.store import provenance
 
-        doc = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy rescored", "rows": rows}
+        doc = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy rescored", "note": args.note}
+        doc["rows"] = rows
         Path(args.out).write_text(json.dumps(dict(doc, provenance=provenance("cpu")), indent=1))
         print(f"wrote {args.out}")
         return
