@@ -46,6 +46,9 @@ def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(
         assert tr.activation_bytes(b) == pytest.approx(max(a + f for a, f in zip(act, fresh, strict=True)))
         assert tr.activation_bytes_with_grads(b) == pytest.approx(max(a + g for a, g in zip(act, cum, strict=True)))
         assert tr.flops(b) == pytest.approx(sum(e.flops for e in events))
+        allocated = sum(g.count * sum(g.allocs_at(b)) for g in tr.groups)
+        # (at b = 1 the labels' copy is skipped: the line through 2 and 4 counts its bytes)
+        assert allocated == pytest.approx(sum(sum(e.allocs) for e in events), abs=1024) and allocated > 0
     assert (B1, B2) == (2, 4)
     assert tr.flops(1) == pytest.approx(count_flops(t.model, "sdpa", "full")[0], rel=0.02)
     # Recomputation runs each block's forward again inside backward.
@@ -174,6 +177,30 @@ def test_collective_and_bucket_model():
     assert interpolate(points, (128, 128, 128)) == pytest.approx(128**3)
 
 
+def test_first_touch_and_operator_pace():
+    """A fresh allocation costs the measured first touch of the largest measured size not above
+    it, only for operators paced by the add (into an existing tensor); an operator with a pace
+    of its own (`op_curves`) streams at it, its allocations already in what was measured."""
+    from suite.predict.machine import Machine
+    from suite.predict.trace import OpGroup
+
+    m = Machine(kind="cpu", source="test", ranks=1, memory_bps=1e10, op_overhead_s=0.0)
+    m.first_touch = [[2**18, 1e-9], [2**24, 2e-9]]
+    assert timing.first_touch_seconds(m, [2**17]) == 0.0
+    assert timing.first_touch_seconds(m, [2**20]) == pytest.approx(2**20 * 1e-9)
+    assert timing.first_touch_seconds(m, [2**24, 2**26]) == pytest.approx((2**24 + 2**26) * 2e-9)
+
+    def trace_of(op):
+        g = OpGroup(op, "forward", 2, (0.0, 0.0), (0.0, 1e8), (), ((0.0, 2**22),))
+        return Trace("k", 0, (), (), (), ((0.0, 0.0),), ((0.0, 0.0),), (g,))
+
+    fwd, _, _ = timing.compute_seconds(trace_of("aten.add"), 1, m, "fp32")
+    assert fwd == pytest.approx(2 * (1e8 / 1e10 + 2**22 * 1e-9))
+    m.op_curves = {"aten.gelu": [[1e6, 2e9], [1e9, 2e9]]}
+    fwd, _, _ = timing.compute_seconds(trace_of("aten.gelu"), 1, m, "fp32")
+    assert fwd == pytest.approx(2 * 1e8 / 2e9)
+
+
 def test_step_scale_multiplies_the_micro_step_and_the_optimizer_step():
     """A calibration's measured loop scales of the trial's engine (`Machine.step_scale`) multiply
     the micro-step (compute and the communication in it) and the engine step."""
@@ -292,6 +319,12 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert all(lat > 0 and bw > 0 for lat, bw in m.collectives.values())
     assert m.adam_elements_per_s["torch"] > 0
     assert 0 < m.runtime_bytes["zero0"] < GIB and m.probe_flops > 0
+    assert {"aten._log_softmax", "aten.gelu", "aten.native_layer_norm"} <= set(m.op_curves)
+    assert all(bps > 0 for pts in m.op_curves.values() for _, bps in pts)
+    # A worker's allocations from 128 KiB up come fresh from the kernel (suite.launch.worker_env):
+    # their first touch costs page faults, at most a few ms per MiB.
+    assert [p[0] for p in m.first_touch] == [2**18, 2**24]
+    assert all(0 < p[1] * 2**20 < 0.01 for p in m.first_touch)
     # A real loop is slower than its operators measured alone, though not by an order of magnitude.
     assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "comm", "optimizer"}
     assert all(0.5 < v < 10 for v in m.step_scale["zero0"].values())

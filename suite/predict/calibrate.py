@@ -8,9 +8,12 @@ once, so that they share the machine as a trial's ranks do; each figure is the s
     matmul         FLOP/s of torch.mm on a grid of shapes (M, N, K), per dtype
     attention      FLOP/s of scaled_dot_product_attention, forward and backward, causal, by
                    (sequence, head dim)
-    memory         bytes/s of an elementwise add (two reads, one write), from sizes that stay in
-                   cache to sizes that stream from memory; on a GPU also
-                   the copies between pinned host memory and the device (offload)
+    memory         bytes/s of an elementwise add (two reads, one write, into a tensor that
+                   exists), from sizes that stay in cache to sizes that stream from memory; on a
+                   GPU also the copies between pinned host memory and the device (offload)
+    operators      CPU: bytes/s of the operators whose pace is their own (softmax, GELU, norms,
+                   ...), results allocated as in a trial, by size (`_op_calls`)
+    first touch    CPU: seconds per byte a fresh allocation costs beyond its writing, by size
     op overhead    seconds per operator of a tiny module's forward and backward, over the
                    operators it dispatches: what an operator costs beyond its work
     collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
@@ -53,6 +56,14 @@ a 4096-cube takes minutes)."""
 ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32, 64])}
 MEMORY_ELEMENTS = {"full": [2**14, 2**17, 2**20, 2**24], "quick": [2**16, 2**24]}
 """Elementwise sizes: from cache-resident to memory-bound (the last one is `memory_bps`)."""
+OP_ELEMENTS = {"full": [2**16, 2**22], "quick": [2**22]}
+"""Input sizes of `_op_curves`: cache-resident, and past the caches. Each call allocates its
+results as the trial's operators do, so their first touch is in the pace measured."""
+OP_ROW = 4096
+"""Row length of `_op_curves`' inputs (a softmax or a norm runs along rows)."""
+FIRST_TOUCH_BYTES = {"full": [2**16, 2**18, 2**20, 2**24, 2**26], "quick": [2**18, 2**24]}
+"""Allocation sizes of `_first_touch`: either side of the workers' mmap threshold (128 KiB,
+`suite.launch.worker_env`) up to memory-bound sizes."""
 COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
 
 
@@ -118,6 +129,8 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
         curve.append([3 * 4 * size, 3 * 4 * size / best_time(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
     out["memory_curve"], out["memory_bps"] = curve, curve[-1][1]
     out["op_overhead_s"] = _op_overhead(dev, sync)
+    out["op_curves"] = {} if cuda else _op_curves(mode, dev, sync, barrier)
+    out["first_touch"] = [] if cuda else _first_touch(mode, sync, barrier)
     if cuda:  # offload's copies: pinned host memory to the device and back
         host = torch.empty(size, pin_memory=True)
         barrier()
@@ -130,6 +143,88 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
             if points:
                 out["collectives"][kind] = points
     out["adam"] = _adam(mode, dev, sync, barrier)
+    return out
+
+
+def _op_calls(x, g) -> dict:
+    """aten operators whose pace is not a plain copy's, with arguments on x (rows x OP_ROW)
+    and a gradient g of its shape: name as the trace records it -> (operator, arguments)."""
+    import torch
+
+    aten = torch.ops.aten
+    rows, cols = x.shape
+    w, bias = torch.ones(cols), torch.zeros(cols)
+    _, mean, rstd = aten.native_layer_norm.default(x, [cols], w, bias, 1e-5)
+    target = torch.randint(0, cols, (rows,))
+    loss_grad, total = torch.tensor(1.0), torch.tensor(float(rows))
+    return {
+        "aten._log_softmax": (aten._log_softmax.default, (x, -1, False)),
+        "aten._log_softmax_backward_data": (
+            aten._log_softmax_backward_data.default,
+            (g, aten._log_softmax.default(x, -1, False), -1, x.dtype),
+        ),
+        "aten._softmax": (aten._softmax.default, (x, -1, False)),
+        "aten._softmax_backward_data": (
+            aten._softmax_backward_data.default,
+            (g, aten._softmax.default(x, -1, False), -1, x.dtype),
+        ),
+        "aten.nll_loss_backward": (aten.nll_loss_backward.default, (loss_grad, x, target, None, 1, -100, total)),
+        "aten.gelu": (aten.gelu.default, (x,)),
+        "aten.gelu_backward": (aten.gelu_backward.default, (g, x)),
+        "aten.silu": (aten.silu.default, (x,)),
+        "aten.silu_backward": (aten.silu_backward.default, (g, x)),
+        "aten.native_layer_norm": (aten.native_layer_norm.default, (x, [cols], w, bias, 1e-5)),
+        "aten.native_layer_norm_backward": (
+            aten.native_layer_norm_backward.default,
+            (g, x, [cols], mean, rstd, w, bias, [True, True, True]),
+        ),
+        "aten.exp": (aten.exp.default, (x,)),
+        "aten.tanh": (aten.tanh.default, (x,)),
+        "aten.pow": (aten.pow.Tensor_Scalar, (x, 2)),
+        "aten.rsqrt": (aten.rsqrt.default, (x,)),
+        "aten.mean": (aten.mean.dim, (x, [-1], True)),
+        "aten.sum": (aten.sum.dim_IntList, (x, [-1], True)),
+        "aten.mul": (aten.mul.Tensor, (x, g)),
+        "aten.div": (aten.div.Tensor, (x, g)),
+        "aten.cat": (aten.cat.default, ([x, g], -1)),
+    }
+
+
+def _op_curves(mode: str, dev, sync, barrier) -> dict[str, list[list[float]]]:
+    """[bytes moved, bytes/s] of each operator of `_op_calls`, by size; bytes are counted as the
+    trace counts them (`suite.predict.trace._bytes` of every tensor argument and result)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from suite.predict.trace import _bytes
+
+    out: dict[str, list[list[float]]] = {}
+    for n in OP_ELEMENTS[mode]:
+        x = torch.randn(n // OP_ROW, OP_ROW, device=dev)
+        g = torch.randn_like(x)
+        for name, (op, args) in _op_calls(x, g).items():
+            res = op(*args)
+            tensors = [t for t in tree_flatten((args, res))[0] if isinstance(t, torch.Tensor)]
+            moved = sum(_bytes(t) for t in tensors)
+            barrier()
+            out.setdefault(name, []).append([moved, moved / best_time(lambda op=op, args=args: op(*args), sync)])
+    return out
+
+
+def _first_touch(mode: str, sync, barrier) -> list[list[float]]:
+    """[bytes, seconds per byte]: a fresh tensor written once, less the same write into a
+    tensor that exists: the page faults of memory the allocator takes from the kernel anew
+    (every block from the mmap threshold up, in a worker) and gives back on free."""
+    import torch
+
+    out = []
+    for nbytes in FIRST_TOUCH_BYTES[mode]:
+        n = nbytes // 4
+        z = torch.empty(n)
+        barrier()
+        fresh = best_time(lambda n=n: torch.empty(n).fill_(1.0), sync)
+        reuse = best_time(lambda z=z: z.fill_(1.0), sync)
+        out.append([4 * n, max(0.0, fresh - reuse) / (4 * n)])
     return out
 
 
@@ -256,6 +351,13 @@ def _slowest(results: list[dict]) -> dict:
     ]
     out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
     out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
+    out["op_curves"] = {
+        name: [[p[0], min(r["op_curves"][name][i][1] for r in results)] for i, p in enumerate(pts)]
+        for name, pts in first.get("op_curves", {}).items()
+    }
+    out["first_touch"] = [
+        [p[0], max(r["first_touch"][i][1] for r in results)] for i, p in enumerate(first.get("first_touch", []))
+    ]
     for kind, pts in first["collectives"].items():
         out["collectives"][kind] = [
             [p[0], max(r["collectives"][kind][i][1] for r in results)] for i, p in enumerate(pts)
@@ -489,6 +591,8 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         memory_bps=res["memory_bps"],
         memory_curve=res["memory_curve"],
         op_overhead_s=res["op_overhead_s"],
+        op_curves=res["op_curves"],
+        first_touch=res["first_touch"],
         collectives=colls,
         adam_elements_per_s=res["adam"],
         host_bps=res["host_bps"] if math.isfinite(res["host_bps"]) else 0.0,

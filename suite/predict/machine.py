@@ -82,6 +82,15 @@ class Machine:
     memory_curve: list[list[float]] = field(default_factory=list)
     """Measured [bytes moved, bytes/s] of elementwise operators by size (cache effects); empty:
     `memory_bps` at every size."""
+    op_curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    """CPU: measured [bytes moved, bytes/s] by size of the operators whose pace is their own
+    (softmax, GELU, layer norm: exp, erf and reductions, not only reads and writes), keyed by
+    aten name as the trace names them; every other operator streams at `memory_curve`."""
+    first_touch: list[list[float]] = field(default_factory=list)
+    """CPU: measured [bytes, seconds per byte] a fresh allocation of that size costs beyond its
+    writing: glibc serves allocations from its mmap threshold up (128 KiB in a worker,
+    `suite.launch.worker_env`) with fresh pages from the kernel, each of which faults on first
+    touch, and returns them on free; empty: none."""
     op_overhead_s: float = GPU_OP_OVERHEAD_S
     """Seconds each operator costs beyond its work (dispatch, Python)."""
     collectives: dict[str, list[float]] = field(default_factory=dict)

@@ -11,7 +11,7 @@
 
 Compute is a roofline over every operator of the traced micro-step (`suite.predict.trace`):
 
-    t_op = max(flops / matmul_rate(shape), bytes / memory_rate(bytes)) + op_overhead_s
+    t_op = max(flops / matmul_rate(shape), bytes / memory_rate(op, bytes)) + first_touch + op_overhead_s
 
 and the machine's measured loop scales multiply each part (`suite.predict.calibrate.step_scales`:
 real trials of a calibration model, measured against their prediction from the microbenchmarks
@@ -23,7 +23,12 @@ datasheet's scales are 1.
 
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
-small tensor stays in cache) or the datasheet's bandwidth, and a causal attention kernel doing
+small tensor stays in cache) or the datasheet's bandwidth, on a CPU per operator where its
+pace is its own (a softmax's exp and log, GELU's erf: `Machine.op_curves`), first_touch what
+the operator's fresh allocations cost beyond their writing on a CPU (page faults above glibc's
+mmap threshold: `Machine.first_touch`; counted for the operators paced by the add, which
+writes into a tensor that exists, not for those whose measured pace includes their results'
+allocation), and a causal attention kernel doing
 half of the FLOPs counted for it (it skips the blocks above the diagonal). A collective of S
 bytes among N ranks is the ring model NCCL's tuner uses (and gloo's ring algorithms follow):
 
@@ -104,15 +109,34 @@ def compute_seconds(tr: Trace, b: int, m: Machine, dtype: str) -> tuple[float, f
             work = flops * (0.5 if causal else 1.0) / _attention_rate(m, dtype, dims, g.phase)
         elif flops:
             work = flops / _matmul_rate(m, dtype, (1, 1024, 1024, 1024))
-        stream = moved / stream_rate(m, moved) if m.memory_bps and moved and g.op not in VIEWS else 0.0
-        out[g.phase] += g.count * (max(work, stream) + m.op_overhead_s)
+        stream = moved / stream_rate(m, moved, g.op) if m.memory_bps and moved and g.op not in VIEWS else 0.0
+        # The pace of matmuls, attention and `op_curves`' operators was measured with their
+        # results allocated anew; an add's (`memory_curve`) into a tensor that exists.
+        paced = g.op in MATMULS or g.op.startswith(ATTENTION_PREFIX) or g.op in m.op_curves
+        touch = first_touch_seconds(m, g.allocs_at(b)) if m.first_touch and not paced else 0.0
+        out[g.phase] += g.count * (max(work, stream) + touch + m.op_overhead_s)
         n_ops += g.count
     return out["forward"], out["backward"], n_ops
 
 
-def stream_rate(m: Machine, nbytes: float) -> float:
-    """Bytes/s of an elementwise operator moving `nbytes`: measured by size where calibrated."""
+def stream_rate(m: Machine, nbytes: float, op: str = "") -> float:
+    """Bytes/s of a non-matmul operator moving `nbytes`: its own measured pace where calibrated
+    (`Machine.op_curves`), else an elementwise add's, measured by size where calibrated."""
+    if op in m.op_curves:
+        return interpolate(m.op_curves[op], (nbytes,))
     return interpolate(m.memory_curve, (nbytes,)) if m.memory_curve else m.memory_bps
+
+
+def first_touch_seconds(m: Machine, sizes: list[float]) -> float:
+    """What the fresh allocations of `sizes` bytes cost beyond their writing: each at the
+    measured cost per byte of the largest measured size not above it (`Machine.first_touch`;
+    the cost steps up at the allocator's mmap threshold rather than growing smoothly)."""
+    total = 0.0
+    for s in sizes:
+        below = [p for p in m.first_touch if p[0] <= s]
+        if below:
+            total += s * max(below, key=lambda p: p[0])[1]
+    return total
 
 
 def _peak(m: Machine, dtype: str) -> float:
@@ -190,14 +214,19 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     def copies(nbytes: float) -> float:  # a copy reads and writes every byte
         return 2 * nbytes / m.memory_bps if m.memory_bps else 0.0
 
+    def fresh(sizes: list[float]) -> float:  # buffers the engine allocates anew (CPU: page faults)
+        return first_touch_seconds(m, sizes) if m.first_touch else 0.0
+
     grads_in_order = list(reversed(tr.param_numels))  # backward produces gradients last layer first
     bucket = methods.bucket_sizes(t).get("reduce_bucket_size", 0) if z else 0
     micro_comm = boundary_comm = 0.0
     if z == 0:
-        boundary_comm = coll("all_reduce", [w * p]) + copies(2 * w * p) + OPS_PER_BUCKET * m.op_overhead_s
+        # flattened into one new buffer (up to allreduce_bucket_size elements), reduced, copied back
+        boundary_comm = coll("all_reduce", [w * p]) + copies(2 * w * p) + fresh([w * p])
+        boundary_comm += OPS_PER_BUCKET * m.op_overhead_s
     elif z in (1, 2):
         flushes = bucket_flushes(grads_in_order, bucket)
-        reduce = coll("all_reduce", [w * x for x in flushes])
+        reduce = coll("all_reduce", [w * x for x in flushes]) + fresh([w * x for x in flushes])
         reduce += (
             copies(2 * w * p)
             + (OPS_PER_BUCKET * len(flushes) + OPS_PER_GRADIENT * len(tr.param_numels)) * m.op_overhead_s
@@ -216,11 +245,12 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         sharded = sum(units)
         # Gathered once in forward; again in backward only what the reuse distance let go.
         passes = 1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0
-        gathers = passes * coll("all_gather", [w * u for u in units])
+        # each gather fills a new full-size buffer
+        gathers = passes * (coll("all_gather", [w * u for u in units]) + fresh([w * u for u in units]))
         flushes = bucket_flushes(
             [x for mod in reversed(tr.module_params) for x in reversed(mod) if x >= threshold], bucket
         )
-        scatter = coll("reduce_scatter", [w * x for x in flushes])
+        scatter = coll("reduce_scatter", [w * x for x in flushes]) + fresh([w * x for x in flushes])
         overhead = (passes * len(units) + OPS_PER_BUCKET * len(flushes)) * m.op_overhead_s
         detail["all_gathers"] = passes * len(units)
         comm = gathers + scatter
@@ -230,9 +260,10 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         # Gathered before each unit's forward, and again before its backward when resharded
         # after forward (the recomputed forward runs inside the backward's gather).
         passes = 2 if getattr(me, "reshard_after_forward", True) else 1
-        gathers = coll("all_gather", [w * u for u in units]) * passes
+        gathers = (coll("all_gather", [w * u for u in units]) + fresh([w * u for u in units])) * passes
         micro_comm = max(0.0, gathers - compute) if cuda else gathers
-        scatter = coll("reduce_scatter", [4 * u for u in units])
+        # the gradients are copied into a new flat input, and each rank's shard is a new output
+        scatter = coll("reduce_scatter", [4 * u for u in units]) + fresh([4 * u * (1 + 1 / n) for u in units])
         boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
 
     # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable).

@@ -64,7 +64,7 @@ from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
 
-FORMAT = 3
+FORMAT = 4
 """Version of the cached trace's layout; a change of it retraces."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
@@ -164,6 +164,8 @@ class _Event:
     dims: tuple[int, ...]
     act: int
     fresh: int
+    allocs: tuple[int, ...] = ()
+    """Bytes of each storage the operator created."""
 
 
 class _Recorder(TorchDispatchMode):
@@ -214,7 +216,8 @@ class _Recorder(TorchDispatchMode):
         if name not in VIEWS:
             flat_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             moved = sum(_bytes(t) for t in flat_in) + sum(_bytes(t) for t in flat_out)
-        self.events.append(_Event(name, self.phase, flops, moved, tuple(int(d) for d in dims), self.live, 0))
+        allocs = tuple(self.size[s] for s in created)
+        self.events.append(_Event(name, self.phase, flops, moved, tuple(int(d) for d in dims), self.live, 0, allocs))
         self.created.append(created)
         return out
 
@@ -234,6 +237,9 @@ class OpGroup:
     dims: tuple[tuple[float, float], ...]
     """Shape dimensions as (a, c) each: (batch, M, N, K) of a matmul, (batch, heads, q, kv, d,
     causal) of an attention operator, () otherwise."""
+    allocs: tuple[tuple[float, float], ...] = ()
+    """Bytes of each storage one operator creates, (a, c) each: a fresh allocation may cost
+    more than its bytes' writing (`suite.predict.timing.first_touch_seconds`)."""
 
     def at(self, pair: tuple[float, float], b: int) -> float:
         return pair[0] + pair[1] * b
@@ -243,6 +249,9 @@ class OpGroup:
 
     def bytes_at(self, b: int) -> float:
         return self.at(self.bytes, b)
+
+    def allocs_at(self, b: int) -> list[float]:
+        return [self.at(x, b) for x in self.allocs]
 
     def dims_at(self, b: int) -> tuple[int, ...]:
         return tuple(round(self.at(d, b)) for d in self.dims)
@@ -292,6 +301,7 @@ class Trace:
                 tuple(g["flops"]),
                 tuple(g["bytes"]),
                 tuple(tuple(x) for x in g["dims"]),
+                tuple(tuple(x) for x in g.get("allocs", ())),
             )
             for g in d["groups"]
         )
@@ -508,7 +518,10 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
         if len(e1.dims) != len(e2.dims):
             raise NotAffine(f"{m.name}: operator {e1.op} changes rank with the micro-batch")
         dims = tuple(_affine(x, y) for x, y in zip(e1.dims, e2.dims, strict=True))
-        k = (e1.op, e1.phase, _affine(e1.flops, e2.flops), _affine(e1.bytes, e2.bytes), dims)
+        if len(e1.allocs) != len(e2.allocs):
+            raise NotAffine(f"{m.name}: operator {e1.op} creates a different number of tensors by micro-batch")
+        allocs = tuple(_affine(x, y) for x, y in zip(e1.allocs, e2.allocs, strict=True))
+        k = (e1.op, e1.phase, _affine(e1.flops, e2.flops), _affine(e1.bytes, e2.bytes), dims, allocs)
         groups.setdefault(k, [0])[0] += 1
     return Trace(
         key=key,
@@ -518,7 +531,7 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
         module_params=tuple(x for x in owned if x),
         envelope=_envelope(lines),
         grads_envelope=_envelope(with_grads),
-        groups=tuple(OpGroup(op, ph, n[0], fl, by, dims) for (op, ph, fl, by, dims), n in groups.items()),
+        groups=tuple(OpGroup(op, ph, n[0], fl, by, dims, al) for (op, ph, fl, by, dims, al), n in groups.items()),
     )
 
 
