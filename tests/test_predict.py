@@ -201,6 +201,27 @@ def test_first_touch_and_operator_pace():
     assert fwd == pytest.approx(2 * 1e8 / 2e9)
 
 
+def test_engines_fill_fresh_buffers():
+    """DeepSpeed flattens the gradients into a new buffer before reducing them (ZeRO-0: one),
+    and ZeRO-3 gathers each module's parameters into a new one: their first touch is part of
+    the communication."""
+    from tests.conftest import make_trial
+
+    for stage in (0, 3):
+        t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", f"methods.zero_stage={stage}"])
+        tr = traced(t.model, t.methods.attention, t.methods.recompute, t.precision)
+        m = replace(datasheet(t), kind="cpu")  # in line, as a CPU worker runs its collectives
+        base = timing.step_parts(t, tr, m)
+        touched = timing.step_parts(t, tr, replace(m, first_touch=[[2**18, 1e-9]]))
+        w = memory.bytes_per_element(t.precision)
+        if stage == 0:
+            extra = touched.detail["boundary_comm_s"] - base.detail["boundary_comm_s"]
+            assert extra == pytest.approx(w * tr.n_params * 1e-9)
+        else:  # at least the largest module gathered once, in forward
+            extra = touched.detail["micro_comm_s"] - base.detail["micro_comm_s"]
+            assert extra >= w * max(sum(mod) for mod in tr.module_params) * 1e-9 > 0
+
+
 def test_step_scale_multiplies_the_micro_step_and_the_optimizer_step():
     """A calibration's measured loop scales of the trial's engine (`Machine.step_scale`) multiply
     the micro-step (compute and the communication in it) and the engine step."""
@@ -244,6 +265,25 @@ def test_communication_takes_the_compute_scale_and_the_engine_its_optimizer_scal
     assert scaled.detail["compute_scale"] == 2.0
     no_comm = {k: {p: v for p, v in s.items() if p != "comm"} for k, s in scales.items()}
     assert timing.step_parts(t, tr, replace(m, step_scale=no_comm)).step_time_s == pytest.approx(scaled.step_time_s)
+
+
+def test_each_collective_adds_the_engines_sync():
+    """An engine's measured cost per collective ("sync") is added once per collective: ZeRO-2's
+    reductions in every micro-step; another engine's sync is not this one's."""
+    from tests.conftest import make_trial
+
+    t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.zero_stage=2", "methods.micro_batch=4"])
+    me = t.methods
+    tr = traced(t.model, me.attention, me.recompute, t.precision)
+    m = datasheet(t)
+    base = timing.step_parts(t, tr, m)
+    synced = timing.step_parts(t, tr, replace(m, step_scale={"zero2": {"sync": 0.01}}))
+    n = base.detail["collectives_micro"]
+    assert n == base.detail["reductions"] > 0 and base.detail["collectives_boundary"] == 0
+    assert synced.t_micro == pytest.approx(base.t_micro + 0.01 * n)
+    assert synced.t_boundary == pytest.approx(base.t_boundary + 0.01 * n)
+    other = timing.step_parts(t, tr, replace(m, step_scale={"zero0": {"sync": 0.01}, "zero3": {"sync": 0.01}}))
+    assert other.step_time_s == pytest.approx(base.step_time_s)
 
 
 def test_bandwidth_fields_leave_trial_ids_unchanged():
@@ -326,8 +366,10 @@ def test_quick_calibration_measures_every_constant(calibrated, monkeypatch):
     assert [p[0] for p in m.first_touch] == [2**18, 2**24]
     assert all(0 < p[1] * 2**20 < 0.01 for p in m.first_touch)
     # A real loop is slower than its operators measured alone, though not by an order of magnitude.
-    assert set(m.step_scale) == {"zero0"} and set(m.step_scale["zero0"]) == {"compute", "comm", "optimizer"}
-    assert all(0.5 < v < 10 for v in m.step_scale["zero0"].values())
+    scales = m.step_scale["zero0"]
+    assert set(m.step_scale) == {"zero0"} and set(scales) == {"compute", "comm", "optimizer", "sync"}
+    assert all(0.5 < scales[k] < 10 for k in ("compute", "comm", "optimizer"))
+    assert 0 <= scales["sync"] < 1  # seconds per collective (ZeRO-0: one all-reduce a step)
 
 
 @pytest.mark.slow

@@ -500,6 +500,10 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
         comm       the boundary micro-step less compute at the round's ZeRO-0 scale, over the
                    communication predicted in it (ZeRO-0's all-reduce, ZeRO-2's reductions, ...);
                    recorded for diagnosis, not used (`machine.loop_scale` says why)
+        sync       the boundary micro-step less its compute and communication, both at the
+                   round's ZeRO-0 scale, per collective in it (at least 0): what each collective
+                   of this engine costs in a real loop beyond its microbenchmark
+                   (`machine.loop_sync`)
         optimizer  the engine's step over its prediction
 
     Compute is ZeRO-0's for every engine: an engine's compute scale measured on this small model
@@ -513,12 +517,14 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
     assert next(iter(engines)) == "zero0", "ZeRO-0 gives the compute scale the others use"
     bare = replace(m, step_scale={})
     refs, predicted = {}, {}  # predicted: (compute, communication, optimizer) seconds at scales of 1
+    collectives: dict[str, float] = {}  # in the boundary micro-step
     for key, engine in engines.items():
         refs[key] = ref = reference_trial(t, engine)
         me = ref.methods
         p = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
         d = p.detail
         predicted[key] = (d["forward_s"] + d["backward_s"], d["micro_comm_s"] + d["boundary_comm_s"], p.t_optimizer)
+        collectives[key] = d["collectives_micro"] + d["collectives_boundary"]
     rounds: list[dict[str, dict[str, float]]] = []
     boundaries: dict[str, list[float]] = {key: [] for key in refs}
     for _ in range(REFERENCE_RUNS):
@@ -535,6 +541,9 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
             if comm > 0:
                 c0 = scales["zero0"]["compute"]
                 scales[key]["comm"] = max(x["boundary_time_s"] - c0 * compute, 0.25 * comm) / comm
+            if collectives[key]:
+                beyond = x["boundary_time_s"] - scales["zero0"]["compute"] * (compute + comm)
+                scales[key]["sync"] = max(0.0, beyond) / collectives[key]
         rounds.append(scales)
     out = {key: {k: statistics.median(r[key][k] for r in rounds) for k in rounds[0][key]} for key in refs}
     for key, (compute, comm, opt) in predicted.items():
@@ -542,7 +551,8 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
         log(
             f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps {seen} ms): "
             f"compute {compute * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), communication "
-            f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}, not used), optimizer {opt * 1e3:.1f} ms "
+            f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}, not used; {collectives[key]:.0f} collectives, "
+            f"{out[key].get('sync', 0.0) * 1e3:.2f} ms each beyond), optimizer {opt * 1e3:.1f} ms "
             f"(x{out[key]['optimizer']:.2f})"
         )
     return out

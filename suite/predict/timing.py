@@ -18,8 +18,11 @@ real trials of a calibration model, measured against their prediction from the m
 alone; what a real loop costs beyond its operators and collectives measured one at a time):
 compute and the communication of a micro-step and of the boundary by ZeRO-0's
 `step_scale["zero0"]["compute"]` (the engine's own communication scale is recorded, not used:
-`suite.predict.machine.loop_scale`), the optimizer's step by the engine's `["optimizer"]`; a
-datasheet's scales are 1.
+`suite.predict.machine.loop_scale`), the optimizer's step by the engine's `["optimizer"]`, and
+every collective adds the engine's `["sync"]` seconds: what one costs in a real loop beyond its
+microbenchmark (the wait for the slower rank at each synchronization, the engine's hooks and
+copies around it), measured on the same reference trial; a datasheet's scales are 1 and its
+sync 0.
 
 with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
@@ -56,7 +59,7 @@ import math
 from dataclasses import dataclass, field
 
 from suite.config import Trial
-from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale
+from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale, loop_sync
 from suite.predict.memory import bytes_per_element
 from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
 
@@ -220,10 +223,12 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
     grads_in_order = list(reversed(tr.param_numels))  # backward produces gradients last layer first
     bucket = methods.bucket_sizes(t).get("reduce_bucket_size", 0) if z else 0
     micro_comm = boundary_comm = 0.0
+    n_micro = n_boundary = 0.0  # collectives in every micro-step, and added at the boundary
     if z == 0:
         # flattened into one new buffer (up to allreduce_bucket_size elements), reduced, copied back
         boundary_comm = coll("all_reduce", [w * p]) + copies(2 * w * p) + fresh([w * p])
         boundary_comm += OPS_PER_BUCKET * m.op_overhead_s
+        n_boundary = 1
     elif z in (1, 2):
         flushes = bucket_flushes(grads_in_order, bucket)
         reduce = coll("all_reduce", [w * x for x in flushes]) + fresh([w * x for x in flushes])
@@ -233,9 +238,9 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         )
         detail["reductions"] = len(flushes)
         if z == 1:
-            boundary_comm = reduce
+            boundary_comm, n_boundary = reduce, len(flushes)
         else:
-            micro_comm = reduce
+            micro_comm, n_micro = reduce, len(flushes)
     elif z == 3:
         from suite.predict.memory import REUSE_DISTANCE
 
@@ -255,6 +260,7 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         detail["all_gathers"] = passes * len(units)
         comm = gathers + scatter
         micro_comm = (max(0.0, comm - compute) if cuda else comm) + overhead
+        n_micro = passes * len(units) + len(flushes)
     elif engine == "fsdp2":
         units = list(tr.block_numels) + [p - sum(tr.block_numels)]
         # Gathered before each unit's forward, and again before its backward when resharded
@@ -265,11 +271,15 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         # the gradients are copied into a new flat input, and each rank's shard is a new output
         scatter = coll("reduce_scatter", [4 * u for u in units]) + fresh([4 * u * (1 + 1 / n) for u in units])
         boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
+        n_micro, n_boundary = passes * len(units), len(units)
 
-    # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable).
-    t_micro = compute + micro_comm * scale
-    t_boundary = compute + (micro_comm + boundary_comm) * scale
-    detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm)
+    # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable),
+    # and each collective the engine's measured cost in a real loop (`loop_sync`).
+    sync = loop_sync(m, me)
+    t_micro = compute + micro_comm * scale + n_micro * sync
+    t_boundary = compute + (micro_comm + boundary_comm) * scale + (n_micro + n_boundary) * sync
+    detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm, sync_s=sync)
+    detail.update(collectives_micro=n_micro, collectives_boundary=n_boundary)
 
     t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
     opt_scale = loop_scale(m, me, "optimizer")
