@@ -332,6 +332,11 @@ def worker_main(spec_path: str, out_path: str) -> None:
     os._exit(0)
 
 
+def _curve(curves: list[list[list[float]]], pick) -> list[list[float]]:
+    """One [size, value] curve from every rank's: at each size, `pick` (min or max) of the values."""
+    return [[p[0], pick(c[i][1] for c in curves)] for i, p in enumerate(curves[0])]
+
+
 def _slowest(results: list[dict]) -> dict:
     """Each figure from the slowest rank: throughputs at their minimum, times at their maximum."""
     first = results[0]
@@ -346,22 +351,13 @@ def _slowest(results: list[dict]) -> dict:
     ]
     out["probe_flops"] = min(r["probe_flops"] for r in results)
     out["memory_bps"] = min(r["memory_bps"] for r in results)
-    out["memory_curve"] = [
-        [p[0], min(r["memory_curve"][i][1] for r in results)] for i, p in enumerate(first["memory_curve"])
-    ]
+    out["memory_curve"] = _curve([r["memory_curve"] for r in results], min)
     out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
     out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
-    out["op_curves"] = {
-        name: [[p[0], min(r["op_curves"][name][i][1] for r in results)] for i, p in enumerate(pts)]
-        for name, pts in first.get("op_curves", {}).items()
-    }
-    out["first_touch"] = [
-        [p[0], max(r["first_touch"][i][1] for r in results)] for i, p in enumerate(first.get("first_touch", []))
-    ]
-    for kind, pts in first["collectives"].items():
-        out["collectives"][kind] = [
-            [p[0], max(r["collectives"][kind][i][1] for r in results)] for i, p in enumerate(pts)
-        ]
+    out["op_curves"] = {name: _curve([r["op_curves"][name] for r in results], min) for name in first["op_curves"]}
+    out["first_touch"] = _curve([r["first_touch"] for r in results], max)
+    for kind in first["collectives"]:
+        out["collectives"][kind] = _curve([r["collectives"][kind] for r in results], max)
     for name in first["adam"]:
         out["adam"][name] = min(r["adam"].get(name, math.inf) for r in results)
     return out

@@ -218,7 +218,7 @@ def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = N
         return 2 * nbytes / m.memory_bps if m.memory_bps else 0.0
 
     def fresh(sizes: list[float]) -> float:  # buffers the engine allocates anew (CPU: page faults)
-        return first_touch_seconds(m, sizes) if m.first_touch else 0.0
+        return first_touch_seconds(m, sizes)
 
     grads_in_order = list(reversed(tr.param_numels))  # backward produces gradients last layer first
     bucket = methods.bucket_sizes(t).get("reduce_bucket_size", 0) if z else 0
