@@ -4,6 +4,7 @@ GPU profiles against published well-tuned runs.
 
     python benchmarks/prediction_accuracy.py                      # calibrate, 3 models x 48 trials, score
     python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
+    python benchmarks/prediction_accuracy.py --repeats 2          # each trial run twice, scored on the median
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
     python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
@@ -73,9 +74,10 @@ PUBLISHED = {
 }
 
 
-def trials(tiny: bool, budget_gib: float, memory_only: bool = False):
-    """Every configuration of the grid for every model (one timed step when only memory counts:
-    the peak is reached in the second step, once the optimizer's states exist)."""
+def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: int = 1):
+    """Every configuration of the grid for every model, each measured `repeats` times in fresh
+    workers (one timed step when only memory counts: the peak is reached in the second step,
+    once the optimizer's states exist)."""
     import itertools
 
     from analysis.predicted import compose
@@ -87,6 +89,7 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False):
         base = trial_from_cfg(
             compose(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
         )
+        base = replace(base, measure=replace(base.measure, repeats=repeats))
         if memory_only:
             base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
         tiny_grid = {
@@ -219,6 +222,12 @@ def main() -> None:
         "--tiny", action="store_true", help="a tiny setting end to end: 3 models x 4 trials, quick calibration"
     )
     ap.add_argument("--budget-gib", type=float, default=0.8)
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each trial, each in fresh workers; scored on their median (runs already in --store count)",
+    )
     ap.add_argument("--store", default=str(ROOT / "results/tmp/prediction_accuracy"))
     ap.add_argument("--out", help="default: results/benchmarks/prediction_accuracy.json (--rescore: -rescored.json)")
     ap.add_argument("--recalibrate", action="store_true", help="calibrate even if this machine has a calibration")
@@ -255,7 +264,7 @@ def main() -> None:
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:
-        ts = trials(args.tiny, args.budget_gib, args.memory_only)
+        ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats)
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
         print(f"calibration: {out['calibration']}", flush=True)
         recs = measure(ts, Path(args.store))
