@@ -167,8 +167,9 @@ def plausibility() -> list[dict]:
 def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     """The step times a run of this benchmark measured (its JSON), predicted again from other
     calibrations of the same machine, each with its loop scales per engine (the engine's
-    optimizer scale) and with ZeRO-0's alone: how much of the step-time error is the
-    calibration's, not the trials'."""
+    optimizer scale and cost per collective) and with ZeRO-0's alone (its compute and optimizer
+    scales for every engine, no collective's cost): how much of the step-time error is the
+    calibration's, not the trials'. Each row also gives the lowest rank correlation of a model."""
     import statistics
 
     import pandas as pd
@@ -190,11 +191,14 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
             ("ZeRO-0 only", replace(cal, step_scale={"zero0": z0})),
         ):
             pred = Predictor(machine=ms)
-            errs = []
+            errs, predicted = [], []
             for r in ok:
                 t = by_key[(r["model"], r["method"], r["recompute"], r["micro_batch"])]
-                errs.append(100 * (pred.predict(t).step_time_s / r["step_time_s"] - 1))
+                predicted.append(pred.predict(t).step_time_s)
+                errs.append(100 * (predicted[-1] / r["step_time_s"] - 1))
             st = _stats(pd.Series(errs))
+            df = pd.DataFrame({"model": [r["model"] for r in ok], "p": predicted, "m": [r["step_time_s"] for r in ok]})
+            rank = {model: float(g.p.rank().corr(g.m.rank())) for model, g in df.groupby("model") if len(g) >= 3}
             row = {
                 "trials": result.name,
                 "measured": measured["provenance"]["date"],
@@ -205,12 +209,15 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 "p90_abs_err_pct": st["p90"],
                 "max_abs_err_pct": st["max"],
                 "median_signed_err_pct": statistics.median(errs),
+                "spearman": rank,
+                "spearman_min": min(rank.values(), default=None),
             }
             rows.append(row)
             print(
                 f"{result.name} ({row['measured'][:16]}) with {cal.source[:44]}, scales {scales}: step time "
                 f"{row['median_abs_err_pct']:.1f} / {row['p90_abs_err_pct']:.1f} / {row['max_abs_err_pct']:.1f} % "
-                f"(median signed {row['median_signed_err_pct']:+.1f}%)",
+                f"(median signed {row['median_signed_err_pct']:+.1f}%); rank correlation, lowest model: "
+                + ("n/a" if row["spearman_min"] is None else f"{row['spearman_min']:.2f}"),
                 flush=True,
             )
     return rows

@@ -438,6 +438,45 @@ def test_accuracy_report_from_the_committed_records(calibrated, monkeypatch, tmp
     assert json.loads((accuracy / "cpu.json").read_text())["n_records"] == 20
 
 
+def test_rank_correlation_of_the_measurement_against_itself():
+    """Where every record of a (model, budget) holds two runs, the summary also ranks the first
+    runs against the second: the ceiling a prediction scored against one run can reach. A
+    group with a single-run record has none."""
+    import pandas as pd
+
+    from analysis.accuracy import render, spearman, summary
+
+    first, second = [1.0, 2.0, 3.0, 4.0], [1.1, 2.2, 3.9, 3.8]  # the last two swap places
+    rows = [
+        {
+            "model": "a",
+            "budget": "cpu-x2",
+            "outcome": "ok",
+            "pred_step_time_s": p,
+            "step_time_s": (x + y) / 2,
+            "run_step_times_s": [x, y],
+            "method": "ZeRO-0",
+            "note": "",
+            "trial_id": str(k),
+        }
+        for k, (p, x, y) in enumerate(zip([1, 2, 3, 4], first, second, strict=True))
+    ]
+    rows += [
+        dict(r, model="b", run_step_times_s=[r["step_time_s"]] if k == 0 else r["run_step_times_s"])
+        for k, r in enumerate(rows)
+    ]
+    df = pd.DataFrame(rows)
+    got = {sp["model"]: sp for sp in spearman(df)}
+    assert got["a"]["repeat_spearman"] == pytest.approx(0.8)  # 1 - 6 * (1 + 1) / (4 * 15)
+    assert got["a"]["spearman"] == pytest.approx(
+        pd.Series([1, 2, 3, 4]).rank().corr(pd.Series([1.05, 2.1, 3.45, 3.9]).rank())
+    )
+    assert got["b"]["repeat_spearman"] is None
+    text = render(summary(df), "cpu")
+    assert "rank correlation a on cpu-x2: 1.00 (4 trials; first run against second: 0.80)" in text
+    assert "rank correlation b on cpu-x2: 1.00 (4 trials)" in text
+
+
 def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     """`benchmarks/prediction_accuracy.py --rescore`: a result's measured step times against the
     predictions of a calibration given as a file, with the engine's loop scales and ZeRO-0's alone."""
@@ -480,3 +519,15 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     assert engine["max_abs_err_pct"] == pytest.approx(25.0)
     assert engine["median_signed_err_pct"] == pytest.approx(2.5)
     assert rows[1]["median_abs_err_pct"] != pytest.approx(22.5)  # ZeRO-3 under ZeRO-0's scales predicts otherwise
+    assert engine["spearman"] == {} and engine["spearman_min"] is None  # two trials of a model: no rank
+    # A third trial of the model, measured at half the fastest: the rank of three predicted against measured.
+    n3, t3 = picked[1]
+    p3 = Predictor(machine=cal).predict(t3).step_time_s
+    third = {**records[0], "method": method_label(t3), "step_time_s": 0.5 * min(r["step_time_s"] for r in records[:2])}
+    predicted = [records[0]["step_time_s"] * 1.25, records[1]["step_time_s"] * 0.8, p3]
+    measured = [records[0]["step_time_s"], records[1]["step_time_s"], third["step_time_s"]]
+    result.write_text(json.dumps({"records": [*records, third], "provenance": {"date": "2026-12-01T12:00:00+00:00"}}))
+    rank = bench.rescore(result, [cal_path])[0]["spearman"]
+    import pandas as pd
+
+    assert n3 == n1 and rank == {n1: pytest.approx(pd.Series(predicted).rank().corr(pd.Series(measured).rank()))}
