@@ -174,7 +174,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
 
     import pandas as pd
 
-    from analysis.accuracy import _stats, method_label
+    from analysis.accuracy import _rank_corr, _stats, method_label
     from suite.predict import Predictor
     from suite.predict.machine import Machine
 
@@ -198,7 +198,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 errs.append(100 * (predicted[-1] / r["step_time_s"] - 1))
             st = _stats(pd.Series(errs))
             df = pd.DataFrame({"model": [r["model"] for r in ok], "p": predicted, "m": [r["step_time_s"] for r in ok]})
-            rank = {model: float(g.p.rank().corr(g.m.rank())) for model, g in df.groupby("model") if len(g) >= 3}
+            rank = {model: _rank_corr(g.p, g.m) for model, g in df.groupby("model") if len(g) >= 3}
             row = {
                 "trials": result.name,
                 "measured": measured["provenance"]["date"],
@@ -250,6 +250,8 @@ def main() -> None:
         "result's step times again from each calibration",
     )
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error(f"--repeats {args.repeats}: give a number of runs >= 1")
     bench_dir = ROOT / "results/benchmarks"
     args.out = args.out or str(bench_dir / f"prediction_accuracy{'-rescored' if args.rescore else ''}.json")
     if args.rescore:
