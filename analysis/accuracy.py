@@ -168,9 +168,9 @@ def spearman(df: pd.DataFrame) -> list[dict]:
     ok = df[df["outcome"] == "ok"].dropna(subset=["step_time_s", "pred_step_time_s"]) if "step_time_s" in df else df[:0]
     for (model, budget), g in ok.groupby(["model", "budget"]):
         if len(g) >= 3:
-            runs = g["run_step_times_s"] if "run_step_times_s" in g else pd.Series([[]] * len(g))
             repeat = None
-            if all(isinstance(r, list) and len(r) >= 2 for r in runs):
+            runs = g.get("run_step_times_s")
+            if runs is not None and all(isinstance(r, list) and len(r) >= 2 for r in runs):
                 repeat = _rank_corr(runs.map(lambda r: r[0]), runs.map(lambda r: r[1]))
             rho = _rank_corr(g["pred_step_time_s"], g["step_time_s"])
             out.append({"model": model, "budget": budget, "n": len(g), "spearman": rho, "repeat_spearman": repeat})

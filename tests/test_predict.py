@@ -484,6 +484,8 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     import json
     from pathlib import Path
 
+    import pandas as pd
+
     from analysis.accuracy import method_label
     from suite.predict import Predictor
     from suite.predict.machine import Machine
@@ -528,6 +530,4 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
     measured = [records[0]["step_time_s"], records[1]["step_time_s"], third["step_time_s"]]
     result.write_text(json.dumps({"records": [*records, third], "provenance": {"date": "2026-12-01T12:00:00+00:00"}}))
     rank = bench.rescore(result, [cal_path])[0]["spearman"]
-    import pandas as pd
-
     assert n3 == n1 and rank == {n1: pytest.approx(pd.Series(predicted).rank().corr(pd.Series(measured).rank()))}
