@@ -248,8 +248,8 @@ class SearchConfig:
     """A combination is set aside unmeasured when the predictor puts its smallest micro-batch
     above the device memory by more than this fraction (room for the prediction's error)."""
     margin: float = 0.03
-    """Stop when no remaining candidate is predicted to beat the high end of the best one's
-    interval of the median by this fraction (after `pred_error`)."""
+    """Stop when no remaining candidate is predicted to beat the best one's median step time
+    (of `min_runs` runs) by this fraction (after `pred_error`)."""
     pred_error: float | None = None
     """How far the predictor may be off for a combination not yet measured, as a fraction of its
     step time: it is still measured while its calibrated prediction less this fraction beats the

@@ -17,12 +17,16 @@
    the median measured/predicted ratio so far (the minimum proved too eager to explore,
    since timing noise alone makes some ratio low) and less the predictor's own error
    (`search.pred_error`, by default the median error published for this kind of device), is
-   not below the high end of the best one's interval (the slowest its median may be) by
-   `search.margin`. Without the error term a search of Pythia-31M stopped one combination
-   short of the grid's winner, predicted 5% slower than the best so far (its pick was 6.8%
-   slower). Before the rule rests on that interval, the best one is measured
-   `search.min_runs` times: a lucky single run no longer ends the search early. Or stop
-   when `search.budget_s` of trial time is spent.
+   not below the best one's median step time by `search.margin`. Without the error term a
+   search of Pythia-31M stopped one combination short of the grid's winner, predicted 5%
+   slower than the best so far (its pick was 6.8% slower). Before the rule rests on that
+   median, the best one is measured `search.min_runs` times: a lucky single run no longer
+   ends the search early. The rule once took the high end of the best one's interval
+   instead; at 3 runs that is their slowest, and on a shared 2-core VM about one run in nine
+   is over 20% slow: one such run kept searches of Pythia-14M and -31M exploring, and they
+   spent 30-36% of the grid's time where the others spent 5-19%, for the same winners. A
+   replay of recorded runs through the search (`benchmarks/search_replay.py`) gave the same
+   picture. Or stop when `search.budget_s` of trial time is spent.
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it
    (intervals overlap; or, measured once, its run came within `search.margin` of the best
    one's run nearest in time: a machine that drifts makes runs minutes apart incomparable,
@@ -339,24 +343,25 @@ def calibration(report: SearchReport, est: Estimator) -> float | None:
 def beaten(report: SearchReport, pred: float, est: Estimator, cfg: SearchConfig, run: Run, log) -> str | None:
     """Why a candidate predicted at `pred` (and every later one) cannot beat the best, or None.
 
-    The best one's median may lie anywhere in its interval, and the candidate's time anywhere
-    within the predictor's error of its calibrated prediction, so it is worth measuring while
-    its prediction less that error is below the interval's high end by `cfg.margin`. The rule
-    stops on an interval, not a single time: the best one gets `cfg.min_runs` runs first
-    (they may make another configuration the best, which is then measured again in turn).
+    The candidate's time may lie anywhere within the predictor's error of its calibrated
+    prediction, so it is worth measuring while its prediction less that error is below the
+    best one's median by `cfg.margin`. The rule stops on a median of `cfg.min_runs` runs, not
+    a single time: the best one gets them first (they may make another configuration the
+    best, which is then measured again in turn). It is the median, not the interval's high
+    end: at 3 runs that is the slowest run, and one run in a slow spell of a shared machine
+    would keep the search exploring on its strength (module docstring, step 4).
     """
     while True:
         best, ratio = report.best, calibration(report, est)
         if best is None or ratio is None:
             return None
-        hi = store.interval(best).hi
-        if pred * ratio * (1 - report.pred_error) < hi * (1 - cfg.margin):
+        median = best["metrics"]["step_time_s"]
+        if pred * ratio * (1 - report.pred_error) < median * (1 - cfg.margin):
             return None
         if runs(best) >= cfg.min_runs or spent(report, cfg):
             return (
-                f"no remaining combination can beat {best['metrics']['step_time_s']:.3f} s/step "
-                f"(interval up to {hi:.3f} s, {runs(best)} runs) by {cfg.margin:.0%}, "
-                f"even {report.pred_error:.0%} faster than predicted: "
+                f"no remaining combination can beat {median:.3f} s/step (median of {runs(best)} runs) "
+                f"by {cfg.margin:.0%}, even {report.pred_error:.0%} faster than predicted: "
                 f"the next is predicted at {pred * ratio:.3f} s"
             )
         log(f"search: confirming the best so far before stopping on it ({runs(best) + 1} runs)")
