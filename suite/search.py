@@ -340,6 +340,12 @@ def calibration(report: SearchReport, est: Estimator) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def stop_reference(best: dict) -> float:
+    """The time `beaten` holds candidates against: the best one's median step time.
+    (benchmarks/search_replay.py swaps in the interval's high end, the rule before, to compare.)"""
+    return best["metrics"]["step_time_s"]
+
+
 def beaten(report: SearchReport, pred: float, est: Estimator, cfg: SearchConfig, run: Run, log) -> str | None:
     """Why a candidate predicted at `pred` (and every later one) cannot beat the best, or None.
 
@@ -355,7 +361,7 @@ def beaten(report: SearchReport, pred: float, est: Estimator, cfg: SearchConfig,
         best, ratio = report.best, calibration(report, est)
         if best is None or ratio is None:
             return None
-        median = best["metrics"]["step_time_s"]
+        median = stop_reference(best)
         if pred * ratio * (1 - report.pred_error) < median * (1 - cfg.margin):
             return None
         if runs(best) >= cfg.min_runs or spent(report, cfg):

@@ -35,6 +35,7 @@ from suite.search import (
     search_problems,
     side_by_side,
     summary,
+    with_measure,
     with_methods,
 )
 from suite.search import runs as runs_of
@@ -600,3 +601,46 @@ def test_a_broken_wandb_setup_does_not_fail_a_real_trial(tmp_path):
     assert out.returncode == 0
     assert "W&B logging failed" in out.stderr
     assert json.loads(next((tmp_path / "store").glob("*.json")).read_text())["outcome"] == "ok"
+
+
+def test_a_replayed_search_meets_the_recorded_noise_in_the_order_it_came(tiny, tmp_path):
+    # benchmarks/search_replay.py: the grid's figures are the truth, the noise store's runs over
+    # their median are the machine's noise, in the order they were measured.
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("search_replay", root / "benchmarks/search_replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+
+    def stored(d: Path, t: Trial, times: list[float]) -> None:
+        rec = None
+        for k, x in enumerate(times):
+            rec = store.with_run(rec, t, "test", "ok", "", figures(x), 1.0)
+            rec["runs"][-1]["provenance"] = {"date": f"2026-12-01T10:00:0{len(times) - k}+00:00"}
+        store.save(d, rec)
+
+    base = tiny("hardware.mem_gib=1", ONE_MB)
+    truth = {(z, rc): 1.0 if (z, rc) == (1, "none") else 1.3 + 0.1 * z for z in range(4) for rc in ("none", "full")}
+    for (z, rc), x in truth.items():
+        stored(tmp_path / "grid", with_methods(base, zero_stage=z, recompute=rc, micro_batch=1), [x, x, x])
+    stored(tmp_path / "noise", base, [3.0, 1.0, 2.0])  # dated backwards: measured 2.0, then 1.0, then 3.0
+    series, about = replay.noise_series(tmp_path / "noise", "median")
+    assert series == [1.0, 0.5, 1.5] and about["runs"] == 3 and about["over_1_2"] == pytest.approx(1 / 3)
+
+    records = replay.load(tmp_path / "grid")
+    grid = {replay.key(r["trial"]["methods"]): r for r in records}
+    machine = replay.Replay(grid, series, 1, "median")
+    t = with_methods(base, zero_stage=1, recompute="none", micro_batch=1)
+    first = machine(with_measure(t, repeats=3))
+    assert [x["metrics"]["step_time_s"] for x in first["runs"]] == [0.5, 1.5, 1.0]  # from the second factor, around
+    assert first["_fresh_runs"] == 3 and first["runs"][0]["provenance"]["date"] < first["runs"][2]["provenance"]["date"]
+
+    # A quiet machine: ZeRO-1 is predicted and measured fastest; the next is predicted 30% slower,
+    # beyond the predictor's error, so the search stops after the best one's 3 runs: 3 of the
+    # grid's 24 seconds, the grid's winner every time.
+    predicted = FixedEstimator(lambda t: truth[(t.methods.zero_stage, t.methods.recompute)])
+    row = replay.replay_model(base.model.name, records, [1.0], "median", 4, 0, predicted)
+    assert row["grid_trial_s"] == 24.0 and row["runs_launched_median"] == 3
+    assert row["share_of_grid_time"]["max"] == pytest.approx(3 / 24) and row["share_of_grid_time"]["over_target"] == 0
+    assert row["winner_slower"]["max"] == 0.0
