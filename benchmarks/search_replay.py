@@ -4,8 +4,8 @@ No trial runs. Each configuration of a grid store (`benchmarks/search_vs_grid.py
 per configuration) takes its grid figure as its true step time, and its out-of-memory outcome
 as it was. The machine's noise is replayed from a store of repeated runs (`benchmarks/
 prediction_accuracy.py --repeats 3`'s): each run's step time over its configuration's median
-(or minimum, `--noise min`, with the grid's minimum as the truth), in the order the runs were
-measured, so slow spells come as they came. A replayed search starts at a random point of that
+(or, as a second noise model, over its minimum, with the grid's minimum as the truth), in the
+order the runs were measured, so slow spells come as they came. A replayed search starts at a random point of that
 series and its k-th run takes the k-th factor after it; it runs `suite.search.search` itself,
 with this checkout's predictor and the published error, as `experiment=cpu-search` with
 DeepSpeed only (search_vs_grid's space). A run costs the grid's wall time per run.
@@ -43,14 +43,10 @@ def key(methods) -> tuple:
 
 
 def load(d: Path) -> list[dict]:
-    from suite import store
+    """The ok and out-of-memory trial records of a store (analysis.accuracy's reading of one)."""
+    from analysis.accuracy import records
 
-    out = []
-    for p in sorted(d.glob("*.json")):
-        rec = json.loads(p.read_text())
-        if rec.get("schema") in store.SCHEMAS:
-            out.append(store.load(d, p.stem))
-    return out
+    return records(d)[0]
 
 
 def truth(rec: dict, noise: str) -> float:
@@ -96,7 +92,9 @@ class Replay:
     def __call__(self, t) -> dict:
         from suite import store
 
-        g = self.grid[key(t.methods)]
+        g = self.grid.get(key(t.methods))
+        if g is None:  # the grid has no ok or oom record of it: a failure, which the search sets aside
+            return {**store.record(t, "replay", "crashed", "not in the grid replayed", {}, 0.0), "_fresh_runs": 0}
         rec, fresh = self.kept.get(t.id), 0
         while rec is None or (rec["outcome"] == "ok" and rec["metrics"]["runs"] < t.measure.repeats):
             wall = g["wall_s"] / max(1, len(g["runs"]))
