@@ -113,8 +113,12 @@ class Replay:
 
 
 def quantiles(xs: list[float]) -> dict:
-    xs = sorted(xs)
-    return {"median": statistics.median(xs), "p90": xs[int(0.9 * (len(xs) - 1))], "max": xs[-1]}
+    """n, median, p90 and max, as the accuracy report summarises a quantity."""
+    import pandas as pd
+
+    from analysis.accuracy import _stats
+
+    return _stats(pd.Series(xs))
 
 
 def replay_model(
