@@ -42,8 +42,11 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
-from suite import store
+from suite import paths
 from suite.config import Trial
+from suite.labels import budget_label, sharding_label
+from suite.record import SCHEMAS, Record
+from suite.store import write_json
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
 QUANTITIES = (
@@ -58,8 +61,8 @@ QUANTITIES = (
 )
 
 
-def records(path: Path) -> tuple[list[dict], list[str]]:
-    """Every ok or oom trial record under `path`, and the files skipped with why."""
+def records(path: Path) -> tuple[list[tuple[Record, str]], list[str]]:
+    """Every ok or oom trial record under `path` with its file, and the files skipped with why."""
     files = [path] if path.is_file() else sorted(path.rglob("*.json"))
     out, skipped = [], []
     for f in files:
@@ -68,18 +71,15 @@ def records(path: Path) -> tuple[list[dict], list[str]]:
         except (OSError, ValueError) as e:
             skipped.append(f"{f}: not JSON ({e})")
             continue
-        if not isinstance(rec, dict) or rec.get("schema") not in store.SCHEMAS:
+        if not isinstance(rec, dict) or rec.get("schema") not in SCHEMAS:
             continue
-        rec = store.current(rec)
-        if rec.get("outcome") in ("ok", "oom"):
-            rec["_file"] = str(f)
-            out.append(rec)
+        record = Record.from_json(rec)
+        if record.outcome in ("ok", "oom"):
+            out.append((record, str(f)))
     return out, skipped
 
 
 def method_label(t: Trial) -> str:
-    from analysis.load import sharding_label
-
     label = sharding_label(t)
     return label + (f" offload {t.methods.offload}" if t.methods.offload != "none" else "")
 
@@ -90,32 +90,32 @@ def _err(pred: float | None, meas: float | None) -> float:
     return (pred - meas) / meas * 100
 
 
-def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
-    """One row per record: measured, predicted, errors; `predictor_for(host)` gives a Predictor."""
+def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
+    """One row per (record, file): measured, predicted, errors; `predictor_for(host)` gives a Predictor."""
     from suite.predict import Predictor
     from suite.predict.machine import NotCalibrated
 
     predictors: dict[str, Any] = {}
     make = predictor_for or (lambda host: Predictor(host=host))
     rows = []
-    for rec in recs:
-        t = Trial.from_dict(rec["trial"])
-        m = rec.get("metrics") or {}
-        host = (rec.get("provenance") or {}).get("hostname")
+    for rec, file in recs:
+        t = rec.spec
+        m = rec.metrics or {}
+        host = (rec.provenance or {}).get("hostname")
         if host not in predictors:
             predictors[host] = make(host)
         pred = predictors[host]
         row: dict[str, Any] = {
-            "trial_id": rec["trial_id"],
-            "file": rec["_file"],
+            "trial_id": rec.trial_id,
+            "file": file,
             "model": t.model.name,
             "device": t.hardware.device,
-            "budget": t.hardware.name + (f" x{t.nodes} nodes" if t.nodes > 1 else ""),
+            "budget": budget_label(t),
             "mem_budget_gib": t.hardware.mem_gib,
             "method": method_label(t),
             "recompute": t.methods.recompute,
             "micro_batch": t.methods.micro_batch,
-            "outcome": rec["outcome"],
+            "outcome": rec.outcome,
             "note": "",
         }
         try:
@@ -130,8 +130,8 @@ def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
         row["pred_device_gib"] = p.device_gib
         row["pred_fits"] = p.fits
         row["pred_step_time_s"] = p.step_time_s
-        if rec["outcome"] == "ok":
-            row["run_step_times_s"] = [r["metrics"]["step_time_s"] for r in store.ok_runs(rec)] if "runs" in rec else []
+        if rec.ok:
+            row["run_step_times_s"] = rec.step_times()
             row["peak_mem_gib"] = m.get("peak_mem_gib")
             row["build_peak_mem_gib"] = m.get("build_peak_mem_gib")
             row["step_time_s"] = m.get("step_time_s")
@@ -145,7 +145,7 @@ def score(recs: list[dict], predictor_for=None) -> pd.DataFrame:
                 row["speed_ratio"] = m["probe_flops"] / calibrated
                 row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], m.get("step_time_s"))
         if t.hardware.mem_gib > 0:
-            row["fit_right"] = p.fits == (rec["outcome"] == "ok")
+            row["fit_right"] = p.fits == rec.ok
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -237,8 +237,6 @@ def render(s: dict[str, Any], kind: str) -> str:
 def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[str, dict]:
     """Score every record under `path`; write `out`/accuracy.json; with `publish`, the summary
     per device kind under results/accuracy/ (what `suite-predict` shows with each figure)."""
-    from suite.predict import ACCURACY_DIR
-
     recs, skipped = records(path)
     if not recs:
         raise ReportError(f"no ok or oom trial records under {path}")
@@ -254,9 +252,8 @@ def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[st
     (out / "accuracy.json").write_text(json.dumps({"summary": result, "records": rows}, indent=1, default=str))
     df.to_csv(out / "accuracy.csv", index=False)
     if publish:
-        ACCURACY_DIR.mkdir(parents=True, exist_ok=True)
         for kind, s in result.items():
-            (ACCURACY_DIR / f"{kind}.json").write_text(json.dumps(s, indent=1))
+            print(f"published {write_json(paths.publish_dir() / f'{kind}.json', s, indent=1)}")
     for message in skipped:
         print(message)
     return result

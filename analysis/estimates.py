@@ -1,4 +1,4 @@
-"""The one owner of the time-to-train and cost formulas (DESIGN.md, 'From a step time ...').
+"""The one owner of the time-to-train and cost formulas.
 
     days               = train_steps * step_time_s / 86400
     gpu_hours          = days * 24 * n_gpus
@@ -33,6 +33,8 @@ import math
 
 import pandas as pd
 
+from analysis import ReportError
+from analysis.load import load_results
 from analysis.prices import Prices, gpu_keys
 from suite.config import Trial
 from suite.metrics import peak_flops
@@ -135,3 +137,14 @@ def add_estimates(df: pd.DataFrame, prices: Prices, analytic_mfu: float = ANALYT
     )
     out["analytic_days"] = analytic_days(flops, out["n_gpus"], out["peak_tflops"] * 1e12, analytic_mfu)
     return out
+
+
+def estimated_results(path, prices: Prices, analytic_mfu: float = ANALYTIC_MFU) -> tuple[pd.DataFrame, list[str]]:
+    """Every trial record under `path` (`analysis.load`) with its estimates, and a message per file
+    skipped; ReportError when there is no record, or the MFU asked for is not a fraction."""
+    if not 0 < analytic_mfu <= 1:
+        raise ReportError(f"--analytic-mfu={analytic_mfu} must be a fraction in (0, 1], e.g. 0.5")
+    df, skipped = load_results(path)
+    if df.empty:
+        raise ReportError(f"no trial results under {path}; run suite-bench first (results land in results/runs)")
+    return add_estimates(df, prices, analytic_mfu), skipped

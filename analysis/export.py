@@ -195,7 +195,7 @@ def _block_class_name(t: Trial) -> str:
     import torch
 
     with torch.device("meta"):
-        model = models.build(t.model, t.attention, "none")
+        model = models.build(t.model, models.attention(t), "none")
     return models.block_class(model).__name__
 
 
@@ -222,8 +222,8 @@ def _script_text(w: Winner) -> str:
         f"# trial {r['trial_id']} ({r['file']})",
         f"# {w.script} is a Hugging Face Trainer script (transformers/examples/pytorch/); put its data",
         "# arguments after this script's name: bash launch.sh --dataset_name ... --tokenizer_name ...",
-        f"# Build the model with attn_implementation={t.attention!r}, as measured."
-        if t.attention != "none"
+        f"# Build the model with attn_implementation={models.attention(t)!r}, as measured."
+        if models.attention(t) != "none"
         else "# The model has no attention implementation to choose.",
         "# The recipe record holds no learning-rate schedule: add the original run's (--lr_scheduler_type, warm-up).",
     ]

@@ -28,9 +28,9 @@ e.g. every metric of a trial that did not run `ok`):
 `step_time_ci_level` (suite/stats.py; NaN for a single run, which has no interval and whose
 lo and hi are its own time). `step_time_between_std_s` is the spread between runs (NaN for
 one run); `step_time_within_std_s` the spread of the timed steps inside a run. Throughput,
-MFU and memory are those of the record's summary (suite/store.py).
+MFU and memory are those of the record's summary (suite/record.py).
 
-`sharding` labels the engine and its sharding (one of SHARDINGS); `config` is a short label of
+`sharding` labels the engine and its sharding (one of suite.labels.SHARDINGS); `config` is a short label of
 the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32", "FSDP2 full_shard mb 4x4 sdpa
 bf16", with the kernel path where a model has one); `recipe` labels what was measured ("batch
 16 x 128 tokens, 143,000 steps, fp32"; "batch 4096 images of 224x224, ..."), since a step time
@@ -43,22 +43,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from analysis import ReportError
-from suite import store
+from suite import models
 from suite.config import Trial
+from suite.labels import budget_label, config_label, recipe_label, sharding_label
+from suite.record import OUTCOMES, SCHEMAS, Record
 
-# Outcomes written by suite.launch (ok, oom, timeout, crashed, nan) and suite.cli (invalid, unsupported).
 NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
 OTHER_SCHEMAS = {"suite.search/1", "suite.search/2", "suite.benchmark/1"}  # search logs, benchmark summaries
-OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
 # Metrics an `ok` record must carry as numbers for any estimate to be made from it.
 REQUIRED_METRICS = ("step_time_s", "tokens_per_step", "tokens_per_s", "model_flops_per_token", "peak_mem_gib", "gas")
-# The summary of an `ok` record's runs must carry these too (suite/store.py).
+# The summary of an `ok` record's runs must carry these too (suite/record.py).
 INTERVAL_METRICS = ("step_time_ci_lo_s", "step_time_ci_hi_s", "step_time_ci_level", "runs")
 FLOAT_METRICS = (
     "step_time_s",
@@ -83,63 +84,36 @@ class Malformed(ValueError):
     pass
 
 
-def _is(value: Any, kind: str) -> bool:
-    """Whether `value` fits a config field annotated `kind` (the annotations in suite/config.py)."""
+def _is(value: Any, kind: Any) -> bool:
+    """Whether `value` fits a config field of type `kind` (suite/config/schema.py); a `Literal`
+    field takes a value of its choices' type (whether it is one of them is `validate`'s question)."""
+    if typing.get_origin(kind) is typing.Literal:
+        kind = type(typing.get_args(kind)[0])
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind in ("int", "float"):
-        return number and (kind == "float" or isinstance(value, int))
-    if kind == "list[float]":
-        return isinstance(value, list) and all(_is(v, "float") for v in value)
-    if kind == "dict[str, float]":
-        return isinstance(value, dict) and all(_is(v, "float") for v in value.values())
-    return isinstance(value, {"str": str, "bool": bool}.get(kind, object)) and value != "???"
+    if kind in (int, float):
+        return number and (kind is float or isinstance(value, int))
+    if kind == list[float]:
+        return isinstance(value, list) and all(_is(v, float) for v in value)
+    if kind == dict[str, float]:
+        return isinstance(value, dict) and all(_is(v, float) for v in value.values())
+    return isinstance(value, kind if kind in (str, bool) else object) and value != "???"
+
+
+def _name(kind: Any) -> str:
+    return kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
 
 
 def type_problems(config: Any, prefix: str = "") -> list[str]:
     """Fields of a (nested) config dataclass whose value is missing or of the wrong type."""
     problems = []
+    hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
             problems += type_problems(value, f"{prefix}{f.name}.")
-        elif not _is(value, f.type):
-            problems.append(f"{prefix}{f.name}={value!r} is not {f.type}")
+        elif not _is(value, hints[f.name]):
+            problems.append(f"{prefix}{f.name}={value!r} is not {_name(hints[f.name])}")
     return problems
-
-
-# Each engine's sharding modes, least sharded first: DeepSpeed ZeRO-0 (plain data parallel) to 3,
-# then FSDP2 without (shard_grad_op) and with (full_shard) resharding after forward.
-SHARDINGS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2 shard_grad_op", "FSDP2 full_shard")
-
-
-def sharding_label(t: Trial) -> str:
-    me = t.methods
-    if me.engine == "fsdp2":
-        return "FSDP2 full_shard" if me.reshard_after_forward else "FSDP2 shard_grad_op"
-    return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
-
-
-def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
-    me = t.methods
-    parts = [sharding_label(t)]
-    if me.offload != "none":
-        parts.append(f"offload {me.offload}")
-    if me.recompute != "none":
-        parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
-    parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
-    parts.append(t.attention)
-    if me.compile:
-        parts.append("compile")
-    parts.append(t.precision)
-    if kernel_path:
-        parts.append(f"kernels {kernel_path}")
-    return " ".join(parts)
-
-
-def recipe_label(t: Trial) -> str:
-    r = t.model.recipe
-    sample = f"x {r.seq_len} tokens" if t.unit == "token" else f"images of {r.image_size}x{r.image_size}"
-    return f"batch {r.global_batch} {sample}, {r.train_steps:,} steps, {r.precision}"
 
 
 def _recipe_gas(t: Trial) -> int | None:
@@ -155,29 +129,27 @@ def _number(metrics: dict, key: str) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _check_runs(rec: dict) -> None:
-    runs = rec.get("runs")
-    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
-        raise Malformed("its runs are not a list of runs")
-    for k, r in enumerate(runs, 1):
-        if r.get("outcome") not in OUTCOMES or not isinstance(r.get("metrics"), dict):
+def _check_runs(rec: Record) -> None:
+    for k, r in enumerate(rec.runs, 1):
+        if r.outcome not in OUTCOMES or not isinstance(r.metrics, dict):
             raise Malformed(f"run {k} has no known outcome or no metrics")
-        if r["outcome"] == "ok" and not _number(r["metrics"], "step_time_s"):
+        if r.ok and not _number(r.metrics, "step_time_s"):
             raise Malformed(f"run {k} is ok without a numeric step_time_s")
-    if rec["outcome"] == "ok":
-        m = rec["metrics"]
+    if rec.ok:
+        m = rec.metrics
         bad = [k for k in INTERVAL_METRICS if not _number(m, k)]
         if bad:
             raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
-        if m["runs"] != len(runs) or any(r["outcome"] != "ok" for r in runs):
-            raise Malformed(f"an ok record of {m['runs']} runs holds {len(runs)} runs, not all ok")
+        if m["runs"] != len(rec.runs) or any(not r.ok for r in rec.runs):
+            raise Malformed(f"an ok record of {m['runs']} runs holds {len(rec.runs)} runs, not all ok")
 
 
-def row(rec: Any, file: Path) -> dict[str, Any]:
-    """One frame row from one record; raises Malformed saying what is wrong."""
-    if not isinstance(rec, dict) or rec.get("schema") not in store.SCHEMAS:
+def checked(rec: Any) -> tuple[Record, Trial]:
+    """A stored record as a `Record` (an older schema upgraded) and its `Trial`; raises Malformed
+    saying what is wrong."""
+    if not isinstance(rec, dict) or rec.get("schema") not in SCHEMAS:
         found = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
-        raise Malformed(f"not a trial record of schema {' or '.join(store.SCHEMAS)} (found {found!r})")
+        raise Malformed(f"not a trial record of schema {' or '.join(SCHEMAS)} (found {found!r})")
     missing = [k for k in ("trial_id", "outcome", "trial", "metrics", "wall_s") if k not in rec]
     if missing:
         raise Malformed(f"missing {', '.join(missing)}")
@@ -197,21 +169,29 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
             raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
         if m["step_time_s"] <= 0:
             raise Malformed(f"step_time_s={m['step_time_s']} is not positive")
-    rec = store.current(rec)
-    _check_runs(rec)
-    m = rec["metrics"]
-    bad = [k for k in FLOAT_METRICS if m.get(k) is not None and not _number(m, k)]
+    runs = rec.get("runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise Malformed("its runs are not a list of runs")
+    record = Record.from_json(rec)
+    _check_runs(record)
+    bad = [k for k in FLOAT_METRICS if record.metrics.get(k) is not None and not _number(record.metrics, k)]
     if bad:
         raise Malformed(f"metrics {', '.join(bad)} are not numbers")
-    r, hw, me = t.model.recipe, t.hardware, t.methods
+    return record, t
+
+
+def row(rec: Any, file: Path) -> dict[str, Any]:
+    """One frame row from one stored record; raises Malformed saying what is wrong."""
+    record, t = checked(rec)
+    m, r, hw, me = record.metrics, t.model.recipe, t.hardware, t.methods
     gas = m.get("gas", _recipe_gas(t))
-    prov = rec.get("provenance") or {}
+    prov = record.provenance or {}
     out: dict[str, Any] = {
         "file": str(file),
-        "trial_id": rec["trial_id"],
-        "sweep": rec.get("sweep", ""),
-        "outcome": rec["outcome"],
-        "message": rec.get("message", ""),
+        "trial_id": record.trial_id,
+        "sweep": record.sweep or "",
+        "outcome": record.outcome,
+        "message": record.message or "",
         "date": prov.get("date"),
         "git_revision": prov.get("git_revision"),
         "model": t.model.name,
@@ -220,7 +200,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "hardware": hw.name,
         "device": hw.device,
         "gpu_name": hw.gpu,
-        "budget": hw.name if t.nodes == 1 else f"{hw.name} x {t.nodes} nodes",
+        "budget": budget_label(t),
         "n_nodes": t.nodes,
         "gpus_per_node": hw.count,
         "n_gpus": t.devices,
@@ -241,7 +221,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,
         "gas": gas,
-        "attention": t.attention,
+        "attention": models.attention(t),
         "compile": me.compile,
         "config": config_label(t, gas, m.get("kernel_path")),
         "kernel_path": m.get("kernel_path"),
@@ -249,7 +229,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
     out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})
     if out["runs"] == 1:
         out["step_time_ci_level"] = None  # one run has no interval (stats.median_interval: coverage 0)
-    out["trial"] = rec["trial"]
+    out["trial"] = record.trial
     return out
 
 

@@ -1,56 +1,33 @@
-"""`suite-predict`: predicted memory, step time, days and cost of a model on hardware nobody
-here has measured, every figure labelled predicted and shown with the error measured so far.
+"""Predicted rows: the predictor's figures for a (model, budget), with days and cost, every figure
+labelled predicted and shown with the error measured so far. `suite-predict` (cli/predict.py)
+prints them; `suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`.
 
-    suite-predict model=pythia-1b hardware=a6000-x4          # every valid configuration, ranked
-    suite-predict model=pythia-1b hardware=all               # the best configuration per hardware profile
-    suite-predict model=pythia-1b hardware=a100-80gb-x8 cluster.nodes=4
-    suite-predict calibrate hardware=cpu-x2 [--quick]        # measure this machine's constants
-
-Overrides are Hydra's, as for suite-bench (conf/). The configurations are the methods of
-`search.*` (engine: ZeRO stage or FSDP2 mode; offload, recomputation, attention) times every micro-batch dividing
-the per-device batch; `torch.compile` is not modelled (predicted as eager). Days and cost are
-`analysis.estimates`' formulas of the predicted step time. The error shown next to a figure is
-the accuracy `suite-report accuracy --publish` last measured on this kind of device
-(results/accuracy/); where nothing was measured, the table says so. Writes the table as CSV
-to reports/predict/.
-
-`suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`:
-`asked` checks every value at once, `best_row` predicts the fastest configuration that fits
-one budget (from the same `rows`), `predicted_frame` and `predicted_table` give the rows and
-their own report table. Every figure's column is `predicted_*`; they never join a measured frame.
+- `configurations`: the valid combinations of the search axes (`suite.search.combinations`) and
+  micro-batches; `torch.compile` is not modelled (predicted as eager).
+- `rows`: each configuration predicted, with `analysis.estimates`' days and costs; `one_hardware`
+  the rows of one composed config.
+- `asked` checks every --predict value at once; `best_row` predicts the fastest configuration that
+  fits one budget; `predicted_frame` and `predicted_table` give the rows and their report table.
+  Every figure's column is `predicted_*`; they never join a measured frame.
+- `error_note`: the accuracy `suite-report accuracy --publish` last measured for this kind of
+  device (results/accuracy/), or that nothing was measured.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pandas as pd
 
 from analysis import ReportError
 from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
-from analysis.load import config_label
-from analysis.prices import gpu_keys, load_prices
+from analysis.prices import gpu_keys
 from analysis.render import Column, Table
-from suite.config import Trial, problems
-
-OUT_DIR = Path("reports/predict")
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from suite.cli import CONF_DIR
-    from suite.config import register
-
-    register()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+from suite.config import compose
+from suite.config.schema import SearchConfig, Trial
+from suite.config.validate import problems
+from suite.labels import budget_label, config_label, recipe_label
 
 
 def configurations(base: Trial, search) -> list[Trial]:
@@ -129,52 +106,13 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
     return out
 
 
-def _num(x: float | None, fmt: str) -> str:
-    """`x` formatted, or n/a in the same width."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        width = "".join(c for c in fmt.split(".")[0] if c.isdigit())
-        return "n/a".rjust(int(width or 0))
-    return format(x, fmt)
-
-
-def _columns(err: dict[str, str]) -> str:
-    mem, time = err["mem_short"], err["time_short"]
-    return f"{'fits':<5} {'GiB/GPU ' + mem:>14} {'s/step ' + time:>14} {'MFU':>6} {'days':>8} {'cloud $':>10}"
-
-
-def _cells(r: dict) -> str:
-    mfu = _num(r["mfu"] and 100 * r["mfu"], "5.1f") + ("%" if r["mfu"] else " ")
-    return (
-        f"{'yes' if r['fits'] else 'no':<5} {_num(r['device_gib'], '14.2f')} {_num(r['step_time_s'], '14.3f')} "
-        f"{mfu:>6} {_num(r['days'], '8.1f')} {_num(r['cloud_usd'], '10,.0f')}"
-    )
-
-
-def table(rs: list[dict], err: dict[str, str]) -> list[str]:
-    head = f"{'#':>3}  {'configuration':<48} {_columns(err)}"
-    return [head, "-" * len(head)] + [f"{i:>3}  {r['config']:<48} {_cells(r)}" for i, r in enumerate(rs, 1)]
-
-
 def one_hardware(cfg, predictor, prices, keys: dict[str, str]) -> tuple[Trial, list[dict]]:
-    from suite.cli import trial_from_cfg
-    from suite.config import SearchConfig
-
-    base = trial_from_cfg(cfg)
+    base = compose.trial_from_cfg(cfg)
     found = [p for p in problems(base) if "micro_batch" not in p]
     if found:
         raise ReportError("invalid base: " + "; ".join(found))
     trials = configurations(base, SearchConfig(**cfg.search))
     return base, rows(trials, predictor, prices, keys)
-
-
-def hardware_names() -> list[str]:
-    return _conf_names("hardware")
-
-
-def _conf_names(group: str) -> list[str]:
-    from suite.cli import CONF_DIR
-
-    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
 # ---- predicted rows of `suite-report tables` and the leaderboard: asked for with --predict ----
@@ -204,9 +142,10 @@ def _overrides(spec: str) -> tuple[list[str], list[str]]:
         wrong.append(f"{spec!r} is not MODEL@HARDWARE[,KEY=VALUE...], e.g. pythia-1b@a6000-x4")
         return [], wrong
     for group, name in (("model", model), ("hardware", hardware)):
-        names = _conf_names(group)
-        if name not in names:
-            wrong.append(f"{spec!r}: no {group} {name!r} in conf/{group}/ (one of: {', '.join(names)})")
+        names = compose.options(group)
+        if not compose.known(group, name):
+            form = " (a GPU type, -x<N> for N of them)" if group == "hardware" else ""
+            wrong.append(f"{spec!r}: no {group} {name!r} in conf/{group}/{form} (one of: {', '.join(names)})")
     wrong += [f"{spec!r}: {e!r} is not KEY=VALUE" for e in extra if "=" not in e or e.startswith("=")]
     return [f"model={model}", f"hardware={hardware}", *extra], wrong
 
@@ -219,7 +158,6 @@ def asked(specs: list[str]) -> list[Asked]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from suite.cli import trial_from_cfg
     from suite.predict.machine import NotCalibrated, machine_for
 
     out, wrong = [], []
@@ -229,8 +167,8 @@ def asked(specs: list[str]) -> list[Asked]:
             wrong += bad
             continue
         try:
-            cfg = compose(overrides)
-            base = trial_from_cfg(cfg)
+            cfg = compose.compose(overrides)
+            base = compose.trial_from_cfg(cfg)
         except (HydraException, OmegaConfBaseException, ValueError, TypeError) as e:
             cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ and str(e.__cause__) else ""
             wrong.append(f"{spec!r}: {str(e).splitlines()[0]}{cause}")
@@ -248,15 +186,9 @@ def asked(specs: list[str]) -> list[Asked]:
     return out
 
 
-def budget_label(t: Trial) -> str:
-    """A budget as analysis.load names it, so a predicted row reads like the measured ones."""
-    return t.hardware.name if t.nodes == 1 else f"{t.hardware.name} x {t.nodes} nodes"
-
-
 def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
     """The fastest configuration predicted to fit a budget asked for, or that none does; every
     figure predicted, with the error measured so far for its kind of device."""
-    from analysis.load import recipe_label
     from suite.predict import Predictor
     from suite.predict.timing import Network
 
@@ -357,125 +289,3 @@ def predicted_table(frame: pd.DataFrame) -> Table:
             *sorted(constants),
         ),
     )
-
-
-def predict_main(overrides: list[str]) -> None:
-    import csv
-
-    from suite.predict import Predictor
-    from suite.predict.machine import NotCalibrated
-    from suite.predict.timing import Network
-
-    every = any(o == "hardware=all" for o in overrides)
-    rest = [o for o in overrides if o != "hardware=all"]
-    prices, keys = load_prices(), gpu_keys()
-    names = hardware_names() if every else [None]
-    summary, written = [], []
-    for name in names:
-        cfg = compose(rest + ([f"hardware={name}"] if name else []))
-        if every and cfg.hardware.device != "cuda":
-            continue
-        network = Network(cfg.cluster.network_gbps, cfg.cluster.network)
-        predictor = Predictor(network=network)
-        try:
-            base, rs = one_hardware(cfg, predictor, prices, keys)
-        except NotCalibrated as e:
-            raise ReportError(str(e)) from None
-        err = error_note(base.hardware.device)
-        budget = base.hardware.name + (f" x {base.nodes} nodes ({network.name})" if base.nodes > 1 else "")
-        if every:
-            best = next((r for r in rs if r["fits"]), None)
-            summary.append((budget, best, err))
-            continue
-        print(f"PREDICTED, not measured: {base.model.name} on {budget} ({base.hardware.mem_gib:g} GiB per device)")
-        print(f"  {len(rs)} valid configurations; constants: {predictor.machine(base).source}")
-        print(f"  error so far: {describe_error(err)}")
-        print("\n".join("  " + line for line in table(rs, err)))
-        written.append(_write_csv(csv, base, rs, err))
-    if every:
-        print(f"PREDICTED, not measured: the best configuration of {rest_model(rest)} per hardware profile")
-        err = summary[0][2] if summary else error_note("cuda")
-        head = f"{'hardware':<18} {'best configuration':<48} {_columns(err)}"
-        print(head + "\n" + "-" * len(head))
-        for budget, best, _ in summary:
-            print(f"{budget:<18} " + (f"{best['config']:<48} {_cells(best)}" if best else "does not fit"))
-        print(f"error so far: {describe_error(err)}")
-    for path in written:
-        print(f"wrote {path}")
-
-
-def rest_model(overrides: list[str]) -> str:
-    return next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "the model")
-
-
-def _write_csv(csv, base: Trial, rs: list[dict], err: dict) -> Path:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"{base.model.name}-{base.hardware.name}{f'-{base.nodes}nodes' if base.nodes > 1 else ''}.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            [
-                "predicted",
-                "configuration",
-                "fits",
-                "device_gib",
-                "peak_mem_gib",
-                "step_time_s",
-                "mfu",
-                "days",
-                "cloud_usd",
-                "owned_usd",
-                "memory_error",
-                "time_error",
-            ]
-        )
-        for r in rs:
-            w.writerow(
-                [
-                    "yes",
-                    r["config"],
-                    r["fits"],
-                    r["device_gib"],
-                    r["peak_mem_gib"],
-                    r["step_time_s"],
-                    r["mfu"],
-                    r["days"],
-                    r["cloud_usd"],
-                    r["owned_usd"],
-                    err["mem"],
-                    err["time"],
-                ]
-            )
-    return path
-
-
-def calibrate_main(overrides: list[str], quick: bool) -> None:
-    from suite.cli import trial_from_cfg
-    from suite.predict.calibrate import calibrate
-    from suite.predict.machine import calibration_key, save_calibration
-
-    cfg = compose(overrides)
-    t = replace(trial_from_cfg(cfg), nodes=1)
-    m = calibrate(t, quick=quick)
-    print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if args and args[0] == "calibrate":
-            quick = "--quick" in args
-            calibrate_main([a for a in args[1:] if a != "--quick"], quick)
-        else:
-            predict_main(args)
-    except (ReportError, HydraException, OmegaConfBaseException) as e:
-        print(f"suite-predict: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The price tables in `conf/prices/` and the GPU profiles (`conf/gpu/`) they are keyed by.
+"""The price tables in `conf/prices/` and the GPU types (`conf/hardware/`) they are keyed by.
 
 `cloud.yaml`: price per GPU-hour with a provider, source and date on every row.
 `owned.yaml`: Khandelwal et al. 2024's purchase prices (node base by GPU count, price per GPU) and
@@ -16,10 +16,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from analysis import ReportError
-from suite.cli import CONF_DIR
+from suite import paths
+from suite.config.compose import gpu_profiles
 
-PRICES_DIR = Path(CONF_DIR) / "prices"
-GPU_DIR = Path(CONF_DIR) / "gpu"
+PRICES_DIR = paths.conf_dir() / "prices"
 CLOUD_FIELDS = ("usd_per_gpu_hour", "provider", "source", "date")
 
 
@@ -43,17 +43,9 @@ class Prices:
     owned_source: str
 
 
-def gpu_profile(key: str) -> dict[str, Any]:
-    """The fields of `conf/gpu/<key>.yaml` (datasheet name, memory, peaks)."""
-    path = GPU_DIR / f"{key}.yaml"
-    if not path.exists():
-        raise ReportError(f"no GPU profile {key!r} in {GPU_DIR}; known: {', '.join(sorted(gpu_keys().values()))}")
-    return OmegaConf.to_container(OmegaConf.load(path))
-
-
 def gpu_keys() -> dict[str, str]:
-    """Datasheet GPU name (as in a record's `hardware.gpu`) -> profile key."""
-    return {OmegaConf.load(p).gpu: p.stem for p in sorted(GPU_DIR.glob("*.yaml"))}
+    """Datasheet GPU name (as in a record's `hardware.gpu`) -> GPU type (a100-80gb)."""
+    return {d["gpu"]: key for key, d in gpu_profiles().items()}
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -78,7 +70,7 @@ def load_prices(prices_dir: str | Path = PRICES_DIR) -> Prices:
     def check_gpu(where: str, key: str) -> None:
         if key not in known:
             problems.append(
-                f"{where}: {key!r} is not a GPU profile in {GPU_DIR}; use one of {', '.join(sorted(known))}"
+                f"{where}: {key!r} is not a GPU profile in conf/hardware/; use one of {', '.join(sorted(known))}"
             )
 
     cloud = {}

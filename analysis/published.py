@@ -2,7 +2,7 @@
 
 Each figure is set beside the MFU it implies (the model's FLOPs per token, counted with
 `suite.models.count_flops` as for every measured trial, against the GPU's dense peak from
-`conf/gpu/`) and its owned-hardware cost, so a reader sees which published numbers are
+`conf/hardware/`) and its owned-hardware cost, so a reader sees which published numbers are
 physically plausible. These are published figures, never mixed with measured ones.
 """
 
@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from functools import cache
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from analysis import estimates
-from analysis.prices import Prices, gpu_profile
+from analysis.prices import Prices
 from suite import models
-from suite.cli import CONF_DIR
-from suite.config import DebugConfig, HardwareConfig, MeasureConfig, MethodsConfig, ModelConfig, Trial
+from suite.config import Trial
+from suite.config.compose import trial
 from suite.metrics import peak_flops
 
 SOURCE = 'Khandelwal et al. 2024, "$100K or 100 Days", arXiv 2410.23261'
@@ -29,7 +28,7 @@ class Published:
     model: str
     """Model config name in conf/model/."""
     gpu: str
-    """GPU profile key in conf/gpu/; the paper's H100 peaks (756 TFLOP/s) are the PCIe card's."""
+    """GPU type in conf/hardware/; the paper's H100 peaks (756 TFLOP/s) are the PCIe card's."""
     n_gpus: int
     days: float
     note: str
@@ -43,24 +42,17 @@ PUBLISHED = (
 )
 
 
-def model_config(name: str) -> ModelConfig:
-    schema = OmegaConf.structured(ModelConfig)
-    return OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.load(f"{CONF_DIR}/model/{name}.yaml")))
-
-
 def trial_for(p: Published) -> Trial:
     """The trial the paper's figure stands for: the model's recipe on its hardware, default methods."""
-    hw = HardwareConfig(**gpu_profile(p.gpu), name=f"{p.gpu}-x{p.n_gpus}", count=p.n_gpus)
-    return Trial(model_config(p.model), hw, MethodsConfig(), MeasureConfig(), DebugConfig())
+    return trial([f"model={p.model}", f"hardware={p.gpu}", f"hardware.count={p.n_gpus}"])
 
 
 @cache
 def flops_per_token(model: str) -> float:
     """A model's FLOPs (forward + backward) per unit of its task (a token, or an image) at its
     recipe's shape, counted on the meta device (a few seconds)."""
-    m = model_config(model)
-    t = Trial(m, HardwareConfig(), MethodsConfig(), MeasureConfig(), DebugConfig())
-    flops_per_sample, _ = models.count_flops(m, "sdpa", "none")
+    t = trial([f"model={model}"])
+    flops_per_sample, _ = models.count_flops(t.model, "sdpa", "none")
     return flops_per_sample / t.tokens_per_sample
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -264,237 +265,185 @@ def did_not_fit(df: pd.DataFrame) -> pd.DataFrame:
     return rest.sort_values(["model", "recipe", "budget", "_order", "config"]).drop(columns="_order")
 
 
+# ---- the report's tables: their columns and notes, then one small function per table ------------
+
+MODEL, BUDGET, RECIPE = Column("model", "model"), Column("budget", "budget"), Column("recipe", "recipe")
+CONFIG, OUTCOME = Column("config", "configuration"), Column("outcome", "outcome")
+STEP = Column("step_time_s", "step (s) [interval]", "s", interval=("step_time_ci_lo_s", "step_time_ci_hi_s"))
+RUNS, LEVEL = Column("runs", "runs", "int"), Column("step_time_ci_level", "level", "frac%")
+WITHIN = Column("step_time_within_std_s", "within (s)", "s")
+DAYS = Column("days", "days", "days", interval=("days_lo", "days_hi"))
+CLOUD = Column("cloud_cost_usd", "cloud cost", "usd", interval=("cloud_cost_lo_usd", "cloud_cost_hi_usd"))
+OWNED = Column("owned_cost_usd", "owned cost", "usd", interval=("owned_cost_lo_usd", "owned_cost_hi_usd"))
+MFU, PEAK = Column("mfu", "MFU", "frac%"), Column("peak_mem_gib", "peak GiB", "gib")
+
+INTERVAL_NOTE = (
+    "Step: the median of the trial's runs [its interval]; runs: how many, each in fresh processes; level: "
+    "the probability that the interval holds the median (order statistics; below 95% with fewer than 6 runs; "
+    "n/a for a single run, which has no interval). Days and costs [at the interval's ends]. Within: the "
+    "standard deviation of the timed steps inside a run."
+)
+TIE_NOTE = (
+    "Tied: configurations whose interval overlaps the fastest one's; the runs cannot tell them apart. "
+    "A single run has no interval and shows no tie it may have."
+)
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What several tables say of the FLOPs-only estimate and of costs."""
+
+    analytic: Column
+    analytic_note: str
+    cost_note: str
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, prices: Prices) -> Notes:
+        analytic_mfu = df["analytic_mfu"].iloc[0] if len(df) else float("nan")
+        return cls(
+            Column("analytic_days", f"predicted days (FLOPs at {analytic_mfu:.0%} MFU)", "days"),
+            f"Predicted days come from FLOPs alone: total FLOPs / (GPUs x peak x {analytic_mfu:.0%} MFU); "
+            "they are an estimate, never a measurement.",
+            "Cloud cost = GPU-hours x the price in conf/prices/cloud.yaml; owned cost = purchase price "
+            f"(conf/prices/owned.yaml, Khandelwal et al. 2024's) amortized over {prices.amortization_years:g} years. "
+            "n/a: no price or no peak (CPU).",
+        )
+
+
+def best_table(df: pd.DataFrame, n: Notes) -> Table:
+    columns = (
+        MODEL, BUDGET, CONFIG, Column("gas_measured", "GAS timed", "int"), STEP, RUNS, LEVEL, WITHIN, DAYS,
+        Column("gpu_hours", "GPU-hours", "hours", interval=("gpu_hours_lo", "gpu_hours_hi")), CLOUD, OWNED, MFU, PEAK,
+        n.analytic, Column("n_tied", "tied", "int"), Column("tied_configs", "tied with", width=60),
+        Column("configs_ok", "ran ok", "int"), Column("configs_tried", "tried", "int"), RECIPE,
+    )  # fmt: skip
+    extrapolated = (
+        "A step with fewer accumulation steps timed than the recipe's (mb AxGAS) is extrapolated "
+        "from its measured micro-step, boundary and optimizer times."
+    )
+    notes = (INTERVAL_NOTE, TIE_NOTE, extrapolated, n.analytic_note, n.cost_note)
+    return Table("best", "Best configuration per (model, budget)", best_per_budget(df), columns, notes)
+
+
+def budgets_table(df: pd.DataFrame, n: Notes) -> Table:
+    columns = (
+        MODEL, BUDGET, Column("fits", "fits"), DAYS, Column("gpu_days", "GPU-days", "days"),
+        Column("original_gpu_days", "original GPU-days", "days"), Column("gpu_days_vs_original", "vs original", "x"),
+        CLOUD, OWNED, RECIPE,
+    )  # fmt: skip
+    notes = ("Original GPU-days: GPUs x days of the model's original pretraining run (conf/model/).", n.cost_note)
+    return Table("budgets", "Each model across budgets", across_budgets(df), columns, notes)
+
+
+def speedup_table(df: pd.DataFrame) -> Table:
+    columns = (
+        MODEL, BUDGET, Column("naive_config", "naive configuration"),
+        Column("naive_step_time_s", "naive step (s)", "s"), Column("best_config", "best configuration"),
+        Column("best_step_time_s", "best step (s)", "s"),
+        Column("speedup_pct", "speed-up", "%"), Column("significant", "best significantly faster?"), RECIPE,
+    )  # fmt: skip
+    note = (
+        "Naive: plain data parallel, no offload, no recomputation, its fastest micro-batch measured. "
+        "Speed-up = naive median step time / best median step time - 1; significant when their "
+        "intervals, each from 2+ runs, do not overlap."
+    )
+    return Table("speedup", "Speed-up of the best configuration over the naive one", speedups(df), columns, (note,))
+
+
+def micro_batch_table(df: pd.DataFrame) -> Table:
+    mb = micro_batches(df)
+
+    def step(side: str) -> Column:
+        lo, hi = f"{side}_step_time_ci_lo_s", f"{side}_step_time_ci_hi_s"
+        return Column(f"{side}_step_time_s", f"{side}: step (s)", "s", interval=(lo, hi))
+
+    columns = (
+        MODEL, BUDGET, Column("methods", "methods"), Column("largest_micro_batch", "largest mb", "int"),
+        Column("largest_bound", "next larger"), step("largest"), Column("largest_runs", "largest: runs", "int"),
+        Column("smaller_micro_batch", "smaller mb", "int"), step("smaller"),
+        Column("smaller_runs", "smaller: runs", "int"),
+        Column("speedup_pct", "smaller's speed-up", "%"), Column("verdict", "verdict"),
+        Column("confidence", "confidence", "frac%"), RECIPE,
+    )  # fmt: skip
+    notes = (
+        micro_batch_answer(mb),
+        "The seed paper assumed the largest micro-batch that fits is the fastest. Each case holds the "
+        "methods fixed; the smaller micro-batch shown is one significantly faster than the largest if "
+        "any is, else the fastest smaller one. Significant: the intervals of the two medians, each from "
+        "2+ runs, do not overlap; confidence: at least the sum of the two intervals' levels minus 1.",
+        "Next larger: the outcome of the next larger micro-batch tried (out of memory: the largest that "
+        "fits), or none tried.",
+    )
+    return Table("micro_batch", "Is the largest micro-batch that fits the fastest?", mb, columns, notes)
+
+
+def engines_table(df: pd.DataFrame) -> Table:
+    sides = [
+        col
+        for e, name in (("deepspeed", "DeepSpeed"), ("fsdp2", "FSDP2"))
+        for col in (
+            Column(f"{e}_config", f"{name}: fastest"),
+            Column(f"{e}_step_time_s", f"{name} step (s)", "s"),
+            Column(f"{e}_peak_mem_gib", f"{name} peak GiB", "gib"),
+            Column(f"{e}_max_micro_batch", f"{name} largest mb", "int"),
+        )
+    ]
+    columns = (
+        MODEL, BUDGET, Column("sharding", "sharding"), Column("offload", "offload"), *sides,
+        Column("fsdp2_speedup_pct", "FSDP2 faster by", "%"), RECIPE,
+    )  # fmt: skip
+    notes = (
+        "Each engine's fastest configuration that ran ok at that sharding (any recomputation, micro-batch, "
+        "attention, compile), its peak memory per device in the timed window, and the largest micro-batch "
+        "that ran ok under it. FSDP2 faster by = DeepSpeed's step time / FSDP2's - 1 (negative: DeepSpeed "
+        "is faster).",
+        "ZeRO-2 reduce-scatters gradients at every micro-step; FSDP2 at the boundary only, accumulating "
+        "unsharded fp32 gradients before it (suite/engines.py).",
+    )
+    return Table("engines", "DeepSpeed and FSDP2 at equal sharding", engines(df), columns, notes)
+
+
+def not_fit_table(df: pd.DataFrame) -> Table:
+    columns = (MODEL, BUDGET, CONFIG, OUTCOME, Column("message", "why", width=90), RECIPE)
+    return Table("not_fit", "Configurations that did not fit or did not run", did_not_fit(df), columns)
+
+
+def published_table(published: pd.DataFrame) -> Table:
+    columns = (
+        MODEL, BUDGET, Column("published_days", "published days", "days"), Column("note", "note"),
+        Column("model_flops_per_token", "FLOPs/token", "sci"), Column("peak_tflops", "peak TFLOP/s", "num"),
+        Column("implied_mfu", "implied MFU", "frac%"), Column("verdict", "verdict"),
+        Column("owned_hardware_usd", "hardware", "usd"), Column("owned_cost_usd", "owned cost", "usd"),
+    )  # fmt: skip
+    notes = (
+        f"Source: {SOURCE}.",
+        "Implied MFU = FLOPs of the whole run (counted, fwd + bwd) / (days x GPUs x dense peak).",
+    )
+    return Table("published", "Published estimates and the MFU they imply", published, columns, notes)
+
+
+def trials_table(df: pd.DataFrame, n: Notes) -> Table:
+    columns = (
+        MODEL, BUDGET, CONFIG, OUTCOME, STEP, RUNS, LEVEL, WITHIN,
+        Column("step_time_between_std_s", "between (s)", "s"), DAYS, n.analytic, MFU, PEAK, CLOUD, OWNED,
+        Column("trial_id", "trial"), RECIPE,
+        Column("cloud_price_source", "cloud price source"),
+    )  # fmt: skip
+    rows = df.sort_values(["model", "recipe", "budget", "outcome", "step_time_s"])
+    notes = (INTERVAL_NOTE, "Between: the standard deviation of the runs' step times.", n.analytic_note)
+    return Table("trials", "Every trial", rows, columns, notes)
+
+
 def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Table]:
     """Every table of `suite-report tables`, from an estimated frame and the published figures."""
-    analytic_mfu = df["analytic_mfu"].iloc[0] if len(df) else float("nan")
-    predicted = f"predicted days (FLOPs at {analytic_mfu:.0%} MFU)"
-    predicted_note = (
-        f"Predicted days come from FLOPs alone: total FLOPs / (GPUs x peak x {analytic_mfu:.0%} MFU); "
-        "they are an estimate, never a measurement."
-    )
-    cost_note = (
-        "Cloud cost = GPU-hours x the price in conf/prices/cloud.yaml; owned cost = purchase price "
-        f"(conf/prices/owned.yaml, Khandelwal et al. 2024's) amortized over {prices.amortization_years:g} years. "
-        "n/a: no price or no peak (CPU)."
-    )
-    interval_note = (
-        "Step: the median of the trial's runs [its interval]; runs: how many, each in fresh processes; level: "
-        "the probability that the interval holds the median (order statistics; below 95% with fewer than 6 runs; "
-        "n/a for a single run, which has no interval). Days and costs [at the interval's ends]. Within: the "
-        "standard deviation of the timed steps inside a run."
-    )
-    tie_note = (
-        "Tied: configurations whose interval overlaps the fastest one's; the runs cannot tell them apart. "
-        "A single run has no interval and shows no tie it may have."
-    )
-    model, budget, recipe = Column("model", "model"), Column("budget", "budget"), Column("recipe", "recipe")
-    config, outcome = Column("config", "configuration"), Column("outcome", "outcome")
-    step = Column("step_time_s", "step (s) [interval]", "s", interval=("step_time_ci_lo_s", "step_time_ci_hi_s"))
-    runs, level = Column("runs", "runs", "int"), Column("step_time_ci_level", "level", "frac%")
-    within = Column("step_time_within_std_s", "within (s)", "s")
-    days = Column("days", "days", "days", interval=("days_lo", "days_hi"))
-    analytic = Column("analytic_days", predicted, "days")
-    cloud = Column("cloud_cost_usd", "cloud cost", "usd", interval=("cloud_cost_lo_usd", "cloud_cost_hi_usd"))
-    owned = Column("owned_cost_usd", "owned cost", "usd", interval=("owned_cost_lo_usd", "owned_cost_hi_usd"))
-    mfu, peak = Column("mfu", "MFU", "frac%"), Column("peak_mem_gib", "peak GiB", "gib")
-    mb = micro_batches(df)
+    n = Notes.of(df, prices)
     return [
-        Table(
-            "best",
-            "Best configuration per (model, budget)",
-            best_per_budget(df),
-            (
-                model,
-                budget,
-                config,
-                Column("gas_measured", "GAS timed", "int"),
-                step,
-                runs,
-                level,
-                within,
-                days,
-                Column("gpu_hours", "GPU-hours", "hours", interval=("gpu_hours_lo", "gpu_hours_hi")),
-                cloud,
-                owned,
-                mfu,
-                peak,
-                analytic,
-                Column("n_tied", "tied", "int"),
-                Column("tied_configs", "tied with", width=60),
-                Column("configs_ok", "ran ok", "int"),
-                Column("configs_tried", "tried", "int"),
-                recipe,
-            ),
-            (
-                interval_note,
-                tie_note,
-                "A step with fewer accumulation steps timed than the recipe's (mb AxGAS) is extrapolated "
-                "from its measured micro-step, boundary and optimizer times.",
-                predicted_note,
-                cost_note,
-            ),
-        ),
-        Table(
-            "budgets",
-            "Each model across budgets",
-            across_budgets(df),
-            (
-                model,
-                budget,
-                Column("fits", "fits"),
-                days,
-                Column("gpu_days", "GPU-days", "days"),
-                Column("original_gpu_days", "original GPU-days", "days"),
-                Column("gpu_days_vs_original", "vs original", "x"),
-                cloud,
-                owned,
-                recipe,
-            ),
-            ("Original GPU-days: GPUs x days of the model's original pretraining run (conf/model/).", cost_note),
-        ),
-        Table(
-            "speedup",
-            "Speed-up of the best configuration over the naive one",
-            speedups(df),
-            (
-                model,
-                budget,
-                Column("naive_config", "naive configuration"),
-                Column("naive_step_time_s", "naive step (s)", "s"),
-                Column("best_config", "best configuration"),
-                Column("best_step_time_s", "best step (s)", "s"),
-                Column("speedup_pct", "speed-up", "%"),
-                Column("significant", "best significantly faster?"),
-                recipe,
-            ),
-            (
-                "Naive: plain data parallel, no offload, no recomputation, its fastest micro-batch measured. "
-                "Speed-up = naive median step time / best median step time - 1; significant when their "
-                "intervals, each from 2+ runs, do not overlap.",
-            ),
-        ),
-        Table(
-            "micro_batch",
-            "Is the largest micro-batch that fits the fastest?",
-            mb,
-            (
-                model,
-                budget,
-                Column("methods", "methods"),
-                Column("largest_micro_batch", "largest mb", "int"),
-                Column("largest_bound", "next larger"),
-                Column(
-                    "largest_step_time_s",
-                    "largest: step (s)",
-                    "s",
-                    interval=("largest_step_time_ci_lo_s", "largest_step_time_ci_hi_s"),
-                ),
-                Column("largest_runs", "largest: runs", "int"),
-                Column("smaller_micro_batch", "smaller mb", "int"),
-                Column(
-                    "smaller_step_time_s",
-                    "smaller: step (s)",
-                    "s",
-                    interval=("smaller_step_time_ci_lo_s", "smaller_step_time_ci_hi_s"),
-                ),
-                Column("smaller_runs", "smaller: runs", "int"),
-                Column("speedup_pct", "smaller's speed-up", "%"),
-                Column("verdict", "verdict"),
-                Column("confidence", "confidence", "frac%"),
-                recipe,
-            ),
-            (
-                micro_batch_answer(mb),
-                "The seed paper assumed the largest micro-batch that fits is the fastest. Each case holds the "
-                "methods fixed; the smaller micro-batch shown is one significantly faster than the largest if "
-                "any is, else the fastest smaller one. Significant: the intervals of the two medians, each from "
-                "2+ runs, do not overlap; confidence: at least the sum of the two intervals' levels minus 1.",
-                "Next larger: the outcome of the next larger micro-batch tried (out of memory: the largest that "
-                "fits), or none tried.",
-            ),
-        ),
-        Table(
-            "engines",
-            "DeepSpeed and FSDP2 at equal sharding",
-            engines(df),
-            (
-                model,
-                budget,
-                Column("sharding", "sharding"),
-                Column("offload", "offload"),
-                *(
-                    col
-                    for e, name in (("deepspeed", "DeepSpeed"), ("fsdp2", "FSDP2"))
-                    for col in (
-                        Column(f"{e}_config", f"{name}: fastest"),
-                        Column(f"{e}_step_time_s", f"{name} step (s)", "s"),
-                        Column(f"{e}_peak_mem_gib", f"{name} peak GiB", "gib"),
-                        Column(f"{e}_max_micro_batch", f"{name} largest mb", "int"),
-                    )
-                ),
-                Column("fsdp2_speedup_pct", "FSDP2 faster by", "%"),
-                recipe,
-            ),
-            (
-                "Each engine's fastest configuration that ran ok at that sharding (any recomputation, micro-batch, "
-                "attention, compile), its peak memory per device in the timed window, and the largest micro-batch "
-                "that ran ok under it. FSDP2 faster by = DeepSpeed's step time / FSDP2's - 1 (negative: DeepSpeed "
-                "is faster).",
-                "ZeRO-2 reduce-scatters gradients at every micro-step; FSDP2 at the boundary only, accumulating "
-                "unsharded fp32 gradients before it (suite/engines.py).",
-            ),
-        ),
-        Table(
-            "not_fit",
-            "Configurations that did not fit or did not run",
-            did_not_fit(df),
-            (model, budget, config, outcome, Column("message", "why", width=90), recipe),
-        ),
-        Table(
-            "published",
-            "Published estimates and the MFU they imply",
-            published,
-            (
-                model,
-                budget,
-                Column("published_days", "published days", "days"),
-                Column("note", "note"),
-                Column("model_flops_per_token", "FLOPs/token", "sci"),
-                Column("peak_tflops", "peak TFLOP/s", "num"),
-                Column("implied_mfu", "implied MFU", "frac%"),
-                Column("verdict", "verdict"),
-                Column("owned_hardware_usd", "hardware", "usd"),
-                Column("owned_cost_usd", "owned cost", "usd"),
-            ),
-            (
-                f"Source: {SOURCE}.",
-                "Implied MFU = FLOPs of the whole run (counted, fwd + bwd) / (days x GPUs x dense peak).",
-            ),
-        ),
-        Table(
-            "trials",
-            "Every trial",
-            df.sort_values(["model", "recipe", "budget", "outcome", "step_time_s"]),
-            (
-                model,
-                budget,
-                config,
-                outcome,
-                step,
-                runs,
-                level,
-                within,
-                Column("step_time_between_std_s", "between (s)", "s"),
-                days,
-                analytic,
-                mfu,
-                peak,
-                cloud,
-                owned,
-                Column("trial_id", "trial"),
-                recipe,
-                Column("cloud_price_source", "cloud price source"),
-            ),
-            (interval_note, "Between: the standard deviation of the runs' step times.", predicted_note),
-        ),
+        best_table(df, n),
+        budgets_table(df, n),
+        speedup_table(df),
+        micro_batch_table(df),
+        engines_table(df),
+        not_fit_table(df),
+        published_table(published),
+        trials_table(df, n),
     ]

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 # conf/sharding/ names: DeepSpeed's, then FSDP2's mode of equal sharding.
@@ -46,25 +45,24 @@ TINY = [
 
 def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path) -> dict:
     """Double the micro-batch from 1 while trials run ok; the record of the largest that did."""
-    from conftest import make_trial
-
-    from suite.cli import run_one
+    from suite.config.compose import trial
+    from suite.runner import run_one
 
     best, tried, mb = None, [], 1
     while mb <= per_device:
-        t = make_trial([*base, f"+sharding={sharding}", f"methods.micro_batch={mb}"])
-        rec = run_one(t, str(store_dir), "engines", in_sweep=True)
-        tried.append({"micro_batch": mb, "outcome": rec["outcome"], "trial_id": rec["trial_id"]})
-        print(f"  {sharding} mb {mb}: {rec['outcome']} {rec['message'][:120]}", flush=True)
-        if rec["outcome"] != "ok":
+        t = trial([*base, f"+sharding={sharding}", f"methods.micro_batch={mb}"])
+        rec = run_one(t, str(store_dir), "engines", in_sweep=True).record
+        tried.append({"micro_batch": mb, "outcome": rec.outcome, "trial_id": rec.trial_id})
+        print(f"  {sharding} mb {mb}: {rec.outcome} {rec.message[:120]}", flush=True)
+        if not rec.ok:
             break
         best, mb = rec, mb * 2
     side = {"sharding": sharding, "tried": tried, "largest_micro_batch": None}
     if best is not None:
-        m = best["metrics"]
+        m = best.metrics
         side.update(
-            largest_micro_batch=best["trial"]["methods"]["micro_batch"],
-            trial_id=best["trial_id"],
+            largest_micro_batch=best.spec.methods.micro_batch,
+            trial_id=best.trial_id,
             step_time_s=m["step_time_s"],
             step_time_std_s=m["step_time_std_s"],
             peak_mem_gib=m["peak_mem_gib"],
@@ -84,7 +82,7 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "results/tmp/engines"))
     ap.add_argument("--out", help="default: results/benchmarks/engines.json (with --tiny: WORK/engines.json)")
     args = ap.parse_args()
-    from suite import store
+    from suite.record import provenance
 
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -116,7 +114,7 @@ def main() -> None:
         "tiny": args.tiny,
         "mem_gib_per_worker": args.mem_gib,
         "rows": rows,
-        "provenance": store.provenance("cpu"),
+        "provenance": provenance("cpu"),
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=1))

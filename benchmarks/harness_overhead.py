@@ -70,11 +70,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "results/benchmarks/harness_overhead.json"))
     args = ap.parse_args()
 
-    from conftest import make_trial
+    from suite import launch
+    from suite.config.compose import trial
+    from suite.record import provenance
 
-    from suite import launch, store
-
-    t = make_trial(OVERRIDES)
+    t = trial(OVERRIDES)
     env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()))  # what the suite gives its one worker
     pairs = []
     for i in range(args.pairs):
@@ -101,7 +101,7 @@ def main() -> None:
         "ratio_first": pairs[0]["ratio"],
         "ratio_median": statistics.median(p["ratio"] for p in pairs),
         "target": 1.03,
-        "provenance": store.provenance("cpu"),
+        "provenance": provenance("cpu"),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -17,7 +17,7 @@ cpu-grid space and FSDP2 beside it (ZeRO 0-3 and FSDP2's two modes x 2 recomputa
 micro-batches 1, 2, 4, 8: 48 trials per model) on two CPU workers
 with the recipe shrunk as experiment=cpu-search shrinks it (sequence 128, global batch 16) and
 a 0.8 GiB budget per worker, so that the larger configurations run out of memory. The
-calibration is microbenchmarks only (suite.predict.calibrate); nothing is fitted to the trials.
+calibration is microbenchmarks only (suite.calibrate); nothing is fitted to the trials.
 Targets: peak memory median |error| <= 5%, max <= 15%; fit/oom right >= 95%; step time median
 |error| <= 10%; rank correlation >= 0.9 within each model. Timings are only meaningful on a
 quiet machine; memory and fit/oom are meaningful under any load.
@@ -39,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from suite.config.schema import SearchConfig  # noqa: E402 - after the checkout is on the path
+from suite.record import Record  # noqa: E402
+from suite.search import shardings  # noqa: E402
 
 # The models, as overrides of experiment=cpu-search (the only place to edit if the schema changes).
 MODELS = {
@@ -63,10 +66,8 @@ TINY = [
     "model.config.intermediate_size=128",
     "model.config.vocab_size=1024",
 ]
-# Sharding: DeepSpeed's ZeRO 0-3 and FSDP2's two modes (suite.search.shardings).
-SHARDINGS = [{"engine": "deepspeed", "zero_stage": z, "reshard_after_forward": None} for z in (0, 1, 2, 3)] + [
-    {"engine": "fsdp2", "zero_stage": 0, "reshard_after_forward": r} for r in (False, True)
-]
+# Sharding: DeepSpeed's ZeRO 0-3 and FSDP2's two modes, the search's default space.
+SHARDINGS = shardings(SearchConfig())
 GRID = {"sharding": SHARDINGS, "recompute": ("none", "full"), "micro_batch": (1, 2, 4, 8)}
 PUBLISHED = {
     "MPT-1B, llm-foundry, 8x A100-80GB": ("pythia-1b", "a100-80gb-x8", 20513, 0.599),
@@ -80,15 +81,12 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
     once the optimizer's states exist)."""
     import itertools
 
-    from analysis.predicted import compose
-    from suite.cli import trial_from_cfg
+    from suite.config.compose import trial
     from suite.search import with_methods
 
     out = []
     for name, overrides in MODELS.items():
-        base = trial_from_cfg(
-            compose(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
-        )
+        base = trial(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
         base = replace(base, measure=replace(base.measure, repeats=repeats))
         if memory_only:
             base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
@@ -103,7 +101,7 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
 
 
 def calibrated(t, recalibrate: bool, quick: bool) -> str:
-    from suite.predict.calibrate import calibrate
+    from suite.calibrate import calibrate
     from suite.predict.machine import calibration_key, load_calibration, save_calibration
 
     key = calibration_key(t.hardware)
@@ -114,21 +112,20 @@ def calibrated(t, recalibrate: bool, quick: bool) -> str:
     return f"{m.source} -> {save_calibration(m, key)}"
 
 
-def measure(ts, store_dir: Path) -> list[dict]:
-    from suite.cli import run_one, summary_line
+def measure(ts, store_dir: Path) -> list[Record]:
+    from suite.runner import run_one, summary_line
 
     recs = []
     for i, (_, t) in enumerate(ts, 1):
-        rec = run_one(t, str(store_dir), "prediction-accuracy", True)
-        print(f"[{i}/{len(ts)}] {summary_line(rec, t)}", flush=True)
-        recs.append(rec)
+        ran = run_one(t, str(store_dir), "prediction-accuracy", True)
+        print(f"[{i}/{len(ts)}] {summary_line(ran, t)}", flush=True)
+        recs.append(ran.record)
     return recs
 
 
 def plausibility() -> list[dict]:
-    from analysis.predicted import compose, configurations
-    from suite.cli import trial_from_cfg
-    from suite.config import SearchConfig
+    from analysis.predicted import configurations
+    from suite.config.compose import compose, trial_from_cfg
     from suite.predict import Predictor
 
     rows = []
@@ -261,7 +258,7 @@ def main() -> None:
         if not results or not calibrations:
             ap.error("--rescore takes one or more results of this benchmark and one or more calibration files")
         rows = [row for r in results for row in rescore(r, calibrations)]
-        from suite.store import provenance
+        from suite.record import provenance
 
         doc = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy rescored", "note": args.note}
         doc["rows"] = rows
@@ -269,7 +266,9 @@ def main() -> None:
         print(f"wrote {args.out}")
         return
     from analysis.accuracy import render, score, summary
-    from suite import store
+    from suite import paths
+    from suite.record import provenance
+    from suite.store import write_json
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:
@@ -277,7 +276,7 @@ def main() -> None:
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
         print(f"calibration: {out['calibration']}", flush=True)
         recs = measure(ts, Path(args.store))
-        scored = [dict(r, _file=r.get("trial_id", "")) for r in recs if r["outcome"] in ("ok", "oom")]
+        scored = [(r, r.trial_id) for r in recs if r.outcome in ("ok", "oom")]
         df = score(scored)
         s = summary(df)
         s["source"] = f"benchmarks/prediction_accuracy.py ({args.note or 'no note'})"
@@ -290,15 +289,12 @@ def main() -> None:
         print(render(s, "cpu"))
         out["summary"] = s
         out["records"] = df.drop(columns=["file"]).to_dict("records")
-        out["outcomes"] = {o: sum(r["outcome"] == o for r in recs) for o in sorted({r["outcome"] for r in recs})}
+        out["outcomes"] = {o: sum(r.outcome == o for r in recs) for o in sorted({r.outcome for r in recs})}
         if args.publish:
-            from suite.predict import ACCURACY_DIR
-
-            ACCURACY_DIR.mkdir(parents=True, exist_ok=True)
-            (ACCURACY_DIR / "cpu.json").write_text(json.dumps(s, indent=1))
+            write_json(paths.publish_dir() / "cpu.json", s, indent=1)
     if not args.tiny:
         out["plausibility"] = plausibility()
-    out["provenance"] = store.provenance("cpu")
+    out["provenance"] = provenance("cpu")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     print(f"wrote {args.out}")

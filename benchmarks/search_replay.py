@@ -34,7 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-SHARE, WITHIN = 0.20, 0.03  # the predictor's targets for the search (issue 9)
+from suite.record import Record, add_run  # noqa: E402 - after the checkout is on the path
+from suite.runner import Ran  # noqa: E402
+
+SHARE, WITHIN = 0.20, 0.03  # the search's targets: its share of the grid's time, its winner's distance
 
 
 def key(methods) -> tuple:
@@ -42,31 +45,27 @@ def key(methods) -> tuple:
     return m["zero_stage"], m["recompute"], m["micro_batch"], m["engine"], m["offload"]
 
 
-def load(d: Path) -> list[dict]:
+def load(d: Path) -> list[Record]:
     """The ok and out-of-memory trial records of a store (analysis.accuracy's reading of one)."""
     from analysis.accuracy import records
 
-    return records(d)[0]
+    return [rec for rec, _ in records(d)[0]]
 
 
-def truth(rec: dict, noise: str) -> float:
-    from suite import store
-
-    times = [r["metrics"]["step_time_s"] for r in store.ok_runs(rec)]
+def truth(rec: Record, noise: str) -> float:
+    times = rec.step_times()
     return min(times) if noise == "min" else statistics.median(times)
 
 
 def noise_series(d: Path, noise: str) -> tuple[list[float], dict]:
     """Each run's step time over its configuration's median (or minimum), in the order measured."""
-    from suite import store
-
     points = []
     for rec in load(d):
-        ok = store.ok_runs(rec) if rec["outcome"] == "ok" else []
+        ok = rec.ok_runs if rec.ok else []
         if len(ok) < 3:
             continue
         ref = truth(rec, noise)
-        points += [(r["provenance"]["date"], r["metrics"]["step_time_s"] / ref) for r in ok]
+        points += [(r.provenance["date"], r.step_time_s / ref) for r in ok]
     if not points:
         raise SystemExit(f"no record with 3 ok runs or more in {d}: nothing to replay")
     points.sort()
@@ -84,32 +83,30 @@ def noise_series(d: Path, noise: str) -> tuple[list[float], dict]:
 class Replay:
     """A machine that answers `run(trial)` from the grid, each run slowed by the next recorded factor."""
 
-    def __init__(self, grid: dict[tuple, dict], series: list[float], start: int, noise: str):
+    def __init__(self, grid: dict[tuple, Record], series: list[float], start: int, noise: str):
         self.grid, self.series, self.pos, self.noise = grid, series, start, noise
         self.clock = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
-        self.kept: dict[str, dict] = {}
+        self.kept: dict[str, Record] = {}
 
-    def __call__(self, t) -> dict:
-        from suite import store
-
+    def __call__(self, t) -> Ran:
         g = self.grid.get(key(t.methods))
         if g is None:  # the grid has no ok or oom record of it: a failure, which the search sets aside
-            return {**store.record(t, "replay", "crashed", "not in the grid replayed", {}, 0.0), "_fresh_runs": 0}
+            return Ran(Record.new(t, "replay", "crashed", "not in the grid replayed", {}, 0.0))
         rec, fresh = self.kept.get(t.id), 0
-        while rec is None or (rec["outcome"] == "ok" and rec["metrics"]["runs"] < t.measure.repeats):
-            wall = g["wall_s"] / max(1, len(g["runs"]))
-            if g["outcome"] == "ok":
+        while rec is None or (rec.ok and rec.n_runs < t.measure.repeats):
+            wall = g.wall_s / max(1, len(g.runs))
+            if g.ok:
                 step = truth(g, self.noise) * self.series[self.pos % len(self.series)]
                 self.pos += 1
-                metrics = {**store.ok_runs(g)[0]["metrics"], "step_time_s": step}
-                rec = store.with_run(rec, t, "replay", "ok", "", metrics, wall)
+                run = ("ok", "", {**g.ok_runs[0].metrics, "step_time_s": step}, wall)
             else:
-                rec = store.with_run(rec, t, "replay", g["outcome"], g["message"], {}, wall)
+                run = (g.outcome, g.message, {}, wall)
+            rec = add_run(rec, t, "replay", *run)
             self.clock += wall  # side_by_side pairs runs by date: give each its replayed one
-            rec["runs"][-1]["provenance"] = {"date": datetime.fromtimestamp(self.clock, timezone.utc).isoformat()}
+            rec.runs[-1].provenance = {"date": datetime.fromtimestamp(self.clock, timezone.utc).isoformat()}
             fresh += 1
         self.kept[t.id] = rec
-        return {**rec, "_fresh_runs": fresh}
+        return Ran(rec, fresh)
 
 
 def quantiles(xs: list[float]) -> dict:
@@ -122,20 +119,20 @@ def quantiles(xs: list[float]) -> dict:
 
 
 def replay_model(
-    model: str, records: list[dict], series: list[float], noise: str, sittings: int, seed: int, est=None
+    model: str, records: list[Record], series: list[float], noise: str, sittings: int, seed: int, est=None
 ) -> dict:
     """`sittings` replayed searches of `model` (est: the predictor, this checkout's by default)."""
     from suite import search as S
-    from suite.config import SearchConfig, Trial
+    from suite.config import SearchConfig
     from suite.predict import Predictor
 
-    grid = {key(r["trial"]["methods"]): r for r in records if r["trial"]["model"]["name"] == model}
-    ok = {k: r for k, r in grid.items() if r["outcome"] == "ok"}
+    grid = {key(r.spec.methods): r for r in records if r.spec.model.name == model}
+    ok = {k: r for k, r in grid.items() if r.ok}
     if not ok:
         raise SystemExit(f"no configuration of {model} ran ok in the grid: nothing to replay")
     best_true = min(truth(r, noise) for r in ok.values())
-    grid_s = sum(r["wall_s"] for r in grid.values())
-    base = Trial.from_dict(next(iter(grid.values()))["trial"])
+    grid_s = sum(r.wall_s for r in grid.values())
+    base = next(iter(grid.values())).spec
     base = replace(base, measure=replace(base.measure, repeats=1, rerun=False))
     cfg = SearchConfig(engines=["deepspeed"], offloads=["none"])
     est, rng = est or Predictor(), random.Random(seed)
@@ -143,7 +140,7 @@ def replay_model(
     for _ in range(sittings):
         report = S.search(base, cfg, Replay(grid, series, rng.randrange(len(series)), noise), est, log=lambda *a: None)
         shares.append(report.trial_s / grid_s)
-        slower.append(truth(ok[key(report.trials[report.best["trial_id"]].methods)], noise) / best_true - 1)
+        slower.append(truth(ok[key(report.trials[report.best.trial_id].methods)], noise) / best_true - 1)
         runs.append(report.launched)
     return {
         "model": model,
@@ -166,12 +163,12 @@ def main() -> None:
     if args.sittings < 1:
         ap.error("--sittings must be at least 1")
     from suite import search as S
-    from suite import store
+    from suite.record import provenance
 
     records = load(Path(args.grid))
     if not records:
         raise SystemExit(f"no trial records in {args.grid}: run benchmarks/search_vs_grid.py first")
-    rules = {"median": S.stop_reference, "high": lambda best: store.interval(best).hi}
+    rules = {"median": S.stop_reference, "high": lambda best: best.interval.hi}
     cells, noise_about = [], {}
     for noise in ("median", "min"):
         series, noise_about[noise] = noise_series(Path(args.noise_store), noise)
@@ -203,7 +200,7 @@ def main() -> None:
         },
         "cells": cells,
         "targets": {"share": SHARE, "winner_within": WITHIN},
-        "provenance": store.provenance("cpu"),
+        "provenance": provenance("cpu"),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

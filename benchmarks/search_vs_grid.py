@@ -34,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from suite.record import Record  # noqa: E402 - after the checkout is on the path
+
 TARGET_SHARE = 0.35  # repeats (issue: every search run's winner equal or tied, at <= 35% of the grid's time)
 PREDICTOR_SHARE, PREDICTOR_WITHIN = 0.20, 0.03  # the predictor's targets: <= 20% of the grid's time, winner within 3%
 # The search explores the grid's space: DeepSpeed's ZeRO stages (cpu-grid sweeps no FSDP2).
@@ -46,51 +48,46 @@ TINY_GRID = ["methods.zero_stage=0,1", "methods.recompute=none", "methods.micro_
 TINY_SEARCH = ["search.zero_stages=[0,1]", "search.recomputes=[none]", "search.min_runs=2", "search.max_runs=2"]
 
 
-def suite(module: str, *overrides: str) -> None:
-    """`python -m suite.<module> ...` of this checkout, whatever is installed."""
+def command(module: str, *overrides: str) -> None:
+    """`python -m cli.<module> ...` of this checkout, whatever is installed."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    subprocess.run([sys.executable, "-m", f"suite.{module}", *overrides], check=True, cwd=ROOT, env=env)
+    subprocess.run([sys.executable, "-m", f"cli.{module}", *overrides], check=True, cwd=ROOT, env=env)
 
 
-def records(d: Path) -> list[dict]:
-    from suite import store
+def records(d: Path) -> list[Record]:
+    from suite import record, store
 
     if not d.exists():
         return []
     return [
         store.load(d, p.stem)
         for p in sorted(d.glob("*.json"))
-        if json.loads(p.read_text()).get("schema") in store.SCHEMAS
+        if json.loads(p.read_text()).get("schema") in record.SCHEMAS
     ]
 
 
-def fastest(ok: list[dict]) -> dict:
-    return min(ok, key=lambda r: r["metrics"]["step_time_s"])
+def fastest(ok: list[Record]) -> Record:
+    return min(ok, key=lambda r: r.step_time_s)
 
 
-def interval_of(rec: dict | None) -> dict | None:
-    from suite import store
-
-    if rec is None or rec["outcome"] != "ok":
+def interval_of(rec: Record | None) -> dict | None:
+    if rec is None or not rec.ok:
         return None
-    return dict(vars(store.interval(rec)), median=rec["metrics"]["step_time_s"])
+    return dict(vars(rec.interval), median=rec.step_time_s)
 
 
-def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
+def compare(grid: list[Record], log: dict, search_dir: Path) -> dict:
     """One search run against the grid of the same model."""
     from suite import store
 
-    ok = [r for r in grid if r["outcome"] == "ok"]
-    winner = fastest(ok)
-    by_id = {r["trial_id"]: r for r in grid}
+    winner = fastest([r for r in grid if r.ok])
+    by_id = {r.trial_id: r for r in grid}
     found = store.load(search_dir, log["best"]) if log["best"] else None
     in_grid = by_id.get(log["best"]) if log["best"] else None
-    same = found is not None and found["trial"]["methods"] == winner["trial"]["methods"]
-    tied = (
-        in_grid is not None and in_grid["outcome"] == "ok" and store.interval(in_grid).overlaps(store.interval(winner))
-    )
-    grid_s = sum(r["wall_s"] for r in grid)
-    here = store.load(search_dir, winner["trial_id"])  # the grid's winner, as this search measured it
+    same = found is not None and found.trial["methods"] == winner.trial["methods"]
+    tied = in_grid is not None and in_grid.ok and in_grid.interval.overlaps(winner.interval)
+    grid_s = sum(r.wall_s for r in grid)
+    here = store.load(search_dir, winner.trial_id)  # the grid's winner, as this search measured it
     return {
         "search_runs_launched": log["launched"],
         "search_trial_s": log["trial_s"],
@@ -99,16 +96,14 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
         "search_pred_error": log.get("pred_error"),
         "search_settings": log.get("search"),
         "search_confirmed": log["confirmed"],
-        "search_winner": found["trial"]["methods"] if found else None,
+        "search_winner": found.trial["methods"] if found else None,
         "search_winner_interval": log["best_interval"],
         "search_tied": len(log["tied"]),
         "search_winner_in_grid": interval_of(in_grid),
         "same_as_grid_winner": same,
         "tied_with_grid_winner": tied,
         "slower_than_grid_winner_pct": (
-            100 * (in_grid["metrics"]["step_time_s"] / winner["metrics"]["step_time_s"] - 1)
-            if in_grid is not None and in_grid["outcome"] == "ok"
-            else None
+            100 * (in_grid.step_time_s / winner.step_time_s - 1) if in_grid is not None and in_grid.ok else None
         ),
         "verdict": "same" if same else "tied" if tied else "missed" if in_grid else "not in the grid",
         # On the search's own runs (measured the same day as its winner; the grid may not be):
@@ -116,9 +111,9 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
             "its winner"
             if same
             else "tied with its winner"
-            if winner["trial_id"] in log["tied"]
+            if winner.trial_id in log["tied"]
             else "separated from its winner"
-            if here is not None and here["outcome"] == "ok"
+            if here is not None and here.ok
             else "not measured"
         ),
         "largest_fit": log["largest_fit"],
@@ -126,77 +121,44 @@ def compare(grid: list[dict], log: dict, search_dir: Path) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="pythia-14m,pythia-31m")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of every grid configuration (default 3)")
-    ap.add_argument("--searches", type=int, default=3, help="search runs per model, each from a fresh store")
-    ap.add_argument("--work", default=str(ROOT / "results/tmp/search_vs_grid"))
-    ap.add_argument("--out", help="default: results/benchmarks/search_vs_grid.json (--tiny: in --work)")
-    ap.add_argument("--reuse-grid", action="store_true", help="keep the grid already measured in --work")
-    ap.add_argument("--tiny", action="store_true", help="a quick check of the benchmark itself, not a measurement")
-    ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
-    args = ap.parse_args()
-    from suite import store
-
-    work = Path(args.work)
-    grid_dir, search_root = work / "grid", work / "search"
-    shutil.rmtree(search_root, ignore_errors=True)
-    if not args.reuse_grid:
-        shutil.rmtree(grid_dir, ignore_errors=True)
-    out_path = Path(
-        args.out or (work / "search_vs_grid.json" if args.tiny else ROOT / "results/benchmarks/search_vs_grid.json")
-    )
-    common = ["wandb.mode=disabled", *(TINY_COMMON if args.tiny else [])]
-    suite(
-        "cli",
-        "-m",
-        "experiment=cpu-grid",
-        f"model={args.models}",
-        f"measure.repeats={args.repeats}",
-        f"store.dir={grid_dir}",
-        *common,
-        *(TINY_GRID if args.tiny else []),
-    )
-    rows = []
-    for model in args.models.split(","):
-        grid = [r for r in records(grid_dir) if r["trial"]["model"]["name"] == model]
-        ok = [r for r in grid if r["outcome"] == "ok"]
-        if not ok:
-            raise SystemExit(f"no configuration of {model} ran ok in the grid ({grid_dir}): nothing to compare with")
-        winner = fastest(ok)
-        iv = store.interval(winner)
-        searches = []
-        for i in range(1, args.searches + 1):
-            d = search_root / f"{model}-{i}"
-            suite(
-                "search",
-                "experiment=cpu-search",
-                f"model={model}",
-                f"store.dir={d}",
-                *common,
-                *SAME_SPACE,
-                *(TINY_SEARCH if args.tiny else []),
-            )
-            log = json.loads(next(d.glob("search-*.json")).read_text())
-            searches.append(compare(grid, log, d))
-        rows.append(
-            {
-                "model": model,
-                "grid_configurations": len(grid),
-                "grid_outcomes": {
-                    o: sum(r["outcome"] == o for r in grid) for o in sorted({r["outcome"] for r in grid})
-                },
-                "grid_runs": sum(len(r["runs"]) for r in grid),
-                "grid_trial_s": sum(r["wall_s"] for r in grid),
-                "grid_winner": winner["trial"]["methods"],
-                "grid_winner_interval": interval_of(winner),
-                "grid_tied_with_winner": [
-                    r["trial"]["methods"] for r in ok if r is not winner and store.interval(r).overlaps(iv)
-                ],
-                "searches": searches,
-            }
+def model_row(model: str, grid_dir: Path, search_root: Path, searches: int, common: list[str], tiny: bool) -> dict:
+    """The grid of one model against `searches` searches of it, each from a fresh store."""
+    grid = [r for r in records(grid_dir) if r.spec.model.name == model]
+    ok = [r for r in grid if r.ok]
+    if not ok:
+        raise SystemExit(f"no configuration of {model} ran ok in the grid ({grid_dir}): nothing to compare with")
+    winner = fastest(ok)
+    found = []
+    for i in range(1, searches + 1):
+        d = search_root / f"{model}-{i}"
+        command(
+            "search",
+            "experiment=cpu-search",
+            f"model={model}",
+            f"store.dir={d}",
+            *common,
+            *SAME_SPACE,
+            *(TINY_SEARCH if tiny else []),
         )
+        log = json.loads(next(d.glob("search-*.json")).read_text())
+        found.append(compare(grid, log, d))
+    return {
+        "model": model,
+        "grid_configurations": len(grid),
+        "grid_outcomes": {o: sum(r.outcome == o for r in grid) for o in sorted({r.outcome for r in grid})},
+        "grid_runs": sum(len(r.runs) for r in grid),
+        "grid_trial_s": sum(r.wall_s for r in grid),
+        "grid_winner": winner.trial["methods"],
+        "grid_winner_interval": interval_of(winner),
+        "grid_tied_with_winner": [
+            r.trial["methods"] for r in ok if r is not winner and r.interval.overlaps(winner.interval)
+        ],
+        "searches": found,
+    }
+
+
+def totals(rows: list[dict]) -> dict:
+    """Over every search: time spent against the grid's, and how each winner compares."""
     every = [s for r in rows for s in r["searches"]]
     total = {
         "grid_trial_s": sum(r["grid_trial_s"] for r in rows),
@@ -214,24 +176,10 @@ def main() -> None:
         all(x is not None and x <= 100 * PREDICTOR_WITHIN for x in slower)
         and total["worst_share_of_grid_time"] <= PREDICTOR_SHARE
     )
-    out = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "search_vs_grid",
-        "setting": {
-            "models": args.models.split(","),
-            "grid_repeats": args.repeats,
-            "searches_per_model": args.searches,
-            "tiny": args.tiny,
-            "note": args.note,
-        },
-        "models": rows,
-        "total": total,
-        "target_share": TARGET_SHARE,
-        "predictor_targets": {"share": PREDICTOR_SHARE, "winner_within": PREDICTOR_WITHIN},
-        "provenance": store.provenance("cpu"),
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=1))
+    return total
+
+
+def show(rows: list[dict], total: dict, out_path: Path) -> None:
     for r in rows:
         w = r["grid_winner_interval"]
         print(
@@ -249,6 +197,48 @@ def main() -> None:
         f"worst share {total['worst_share_of_grid_time']:.0%} (target <= {TARGET_SHARE:.0%}), verdicts "
         f"{total['verdicts']}: target {'met' if total['target_met'] else 'NOT met'} -> {out_path}"
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="pythia-14m,pythia-31m")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of every grid configuration (default 3)")
+    ap.add_argument("--searches", type=int, default=3, help="search runs per model, each from a fresh store")
+    ap.add_argument("--work", default=str(ROOT / "results/tmp/search_vs_grid"))
+    ap.add_argument("--out", help="default: results/benchmarks/search_vs_grid.json (--tiny: in --work)")
+    ap.add_argument("--reuse-grid", action="store_true", help="keep the grid already measured in --work")
+    ap.add_argument("--tiny", action="store_true", help="a quick check of the benchmark itself, not a measurement")
+    ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
+    args = ap.parse_args()
+    from suite.record import provenance
+
+    work = Path(args.work)
+    grid_dir, search_root = work / "grid", work / "search"
+    shutil.rmtree(search_root, ignore_errors=True)
+    if not args.reuse_grid:
+        shutil.rmtree(grid_dir, ignore_errors=True)
+    out_path = Path(
+        args.out or (work / "search_vs_grid.json" if args.tiny else ROOT / "results/benchmarks/search_vs_grid.json")
+    )
+    common = ["wandb.mode=disabled", *(TINY_COMMON if args.tiny else [])]
+    grid = [f"model={args.models}", f"measure.repeats={args.repeats}", f"store.dir={grid_dir}", *common]
+    command("bench", "-m", "experiment=cpu-grid", *grid, *(TINY_GRID if args.tiny else []))
+    rows = [model_row(m, grid_dir, search_root, args.searches, common, args.tiny) for m in args.models.split(",")]
+    total = totals(rows)
+    setting = {"models": args.models.split(","), "grid_repeats": args.repeats, "searches_per_model": args.searches}
+    out = {
+        "schema": "suite.benchmark/1",
+        "benchmark": "search_vs_grid",
+        "setting": {**setting, "tiny": args.tiny, "note": args.note},
+        "models": rows,
+        "total": total,
+        "target_share": TARGET_SHARE,
+        "predictor_targets": {"share": PREDICTOR_SHARE, "winner_within": PREDICTOR_WITHIN},
+        "provenance": provenance("cpu"),
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=1))
+    show(rows, total, out_path)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
   const MAX_PANELS = 6;
   const PALETTE = ["#0b62a3", "#d1495b", "#2e7d4f", "#8a5cb8", "#e08e0b", "#00798c", "#6b4226", "#c2549d",
     "#4d6d9a", "#7a828b"];
-  const ENGINE_NAMES = { deepspeed: "DeepSpeed", fsdp2: "FSDP2" };
+  const ENGINE_NAMES = DATA.engines; // suite.labels.ENGINES
   const FAILED_NOTE = "out of memory, timed out, crashed, invalid or unsupported on this budget";
 
   const state = { sort: null, dir: 1, open: new Set() };
@@ -529,8 +529,8 @@
     }, "configuration that ran");
   }
 
-  const SHARDING_ORDER = DATA.shardings; // analysis.load.SHARDINGS, least sharded first
-  const SHARDING_SHORT = { "FSDP2 shard_grad_op": "FSDP2 grad_op", "FSDP2 full_shard": "FSDP2 full" }; // fits a column
+  const SHARDING_ORDER = DATA.shardings.map((s) => s.label); // suite.labels.SHARDINGS, least sharded first
+  const SHARDING_SHORT = Object.fromEntries(DATA.shardings.map((s) => [s.label, s.short])); // fits a column
   const OFFLOAD_ORDER = ["none", "optimizer", "optimizer+params"];
   const RECOMPUTE_ORDER = ["none", "full"];
   const FIT_CLASS = [

@@ -26,14 +26,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import ReportError
-from analysis.estimates import ANALYTIC_MFU, add_estimates
+from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner
-from analysis.load import SHARDINGS, load_results
 from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
-from suite import store
+from suite.labels import ENGINES, SHARDINGS
+from suite.record import Record
 
 # The frame's columns the page shows or draws (analysis.load and analysis.estimates document them).
 COLUMNS = (
@@ -78,10 +77,8 @@ def script_json(obj: Any) -> str:
 def _record(path: str) -> dict[str, Any]:
     """The stored record of a row, for its runs, provenance and full metrics (the frame keeps none whole)."""
     with open(path) as f:
-        rec = json.load(f)
-    if rec.get("schema") == store.SINGLE_RUN_SCHEMA:
-        rec = store.upgrade(rec)
-    return {k: rec.get(k) for k in ("sweep", "trial", "metrics", "provenance", "wall_s", "runs")} | {"file": path}
+        rec = Record.from_json(json.load(f)).to_json()
+    return {k: rec[k] for k in ("sweep", "trial", "metrics", "provenance", "wall_s", "runs")} | {"file": path}
 
 
 def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
@@ -123,7 +120,8 @@ def payload(
             f"are in each row's details). Owned cost: {prices.owned_source}, hardware amortized over "
             f"{prices.amortization_years:g} years. n/a: no price applies (CPU, or a GPU without a price)."
         ),
-        "shardings": list(SHARDINGS),
+        "shardings": [{"label": label, "short": short} for label, short in SHARDINGS.items()],
+        "engines": ENGINES,
         "rows": rows,
         "predicted": _predicted_rows(predicted),
     }
@@ -165,12 +163,10 @@ def write_leaderboard(
     """Load every result under `results`, estimate, and write the page to `out`, with the
     (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart;
     returns the page and the files skipped."""
-    df, skipped = load_results(results)
-    if df.empty:
-        raise ReportError(f"no trial results under {results}; run suite-bench first (results land in results/runs)")
     prices = load_prices(prices_dir)
+    df, skipped = estimated_results(results, prices, analytic_mfu)
     predicted = predicted_frame(list(predict), prices) if predict else None
-    html = page(add_estimates(df, prices, analytic_mfu), skipped, str(results), prices, predicted)
+    html = page(df, skipped, str(results), prices, predicted)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")

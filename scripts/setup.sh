@@ -22,7 +22,7 @@ if [ "$gpus" != 0 ]; then
     python -m suite.detect || true
     exit 1
   fi
-  flash=$(python -c "from suite.config import FLASH_ATTN_INSTALL; print(FLASH_ATTN_INSTALL)")
+  flash=$(python -c "from suite.config.validate import FLASH_ATTN_INSTALL; print(FLASH_ATTN_INSTALL)")
   nvcc=$(command -v nvcc || ls "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" 2>/dev/null || true)
   if [ "${FLASH_ATTN:-1}" = 0 ] || python -c "import flash_attn" 2>/dev/null; then
     :

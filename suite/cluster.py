@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
 
-from suite import launch, store
+from suite import launch
 from suite.config import Trial
+from suite.record import Record
 
 
 class ClusterError(RuntimeError):
@@ -52,7 +52,7 @@ def node_of(t: Trial) -> launch.Node:
     return launch.Node(rank=env.node, master_addr=env.hostnames[0], port=master_port(env.job_id))
 
 
-def follow(t: Trial, node: launch.Node, sweep: str, run: bool, keep_logs: str) -> dict[str, Any]:
+def follow(t: Trial, node: launch.Node, sweep: str, run: bool, keep_logs: str) -> Record:
     """A further node's part: run its ranks when node 0 runs the trial (`run`), never store.
 
     Returns a record for the job's log (outcome `follower`), also when the trial failed and
@@ -60,8 +60,8 @@ def follow(t: Trial, node: launch.Node, sweep: str, run: bool, keep_logs: str) -
     of the trial (it is gone), so the job, and with it the sweep, reports the failure.
     """
     if not run:
-        return store.record(t, sweep, "follower", f"node {node.rank}: node 0 does not run this trial", {}, 0.0)
+        return Record.new(t, sweep, "follower", f"node {node.rank}: node 0 does not run this trial", {}, 0.0)
     o = launch.run_trial(t, keep_logs=keep_logs, node=node)
     if not o.recorded:
         raise ClusterError(f"node {node.rank} of trial {t.id}: {o.outcome}: {o.message}")
-    return store.record(t, sweep, "follower", f"node {node.rank}: {o.message}", {}, o.wall_s)
+    return Record.new(t, sweep, "follower", f"node {node.rank}: {o.message}", {}, o.wall_s)

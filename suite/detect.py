@@ -4,7 +4,7 @@
                               # exit 1: no GPU here; exit 2: GPUs this torch cannot use, or of no known profile
 
 A GPU is known by its exact device name (as `torch.cuda.get_device_name` and `nvidia-smi` print
-it) and its memory: `gpu` and `mem_gib` of conf/gpu/<profile>.yaml, plus ALIASES for the other
+it) and its memory: `gpu` and `mem_gib` of conf/hardware/<gpu>.yaml, plus ALIASES for the other
 names one model goes by. Names are never matched by substring: an H100 NVL is not an H100 SXM,
 a V100-PCIE-16GB not a V100-SXM2-32GB, and a GPU without a profile is reported as such rather
 than given the nearest one (a wrong profile gives a wrong MFU).
@@ -17,12 +17,10 @@ import shutil
 import subprocess
 import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
+from suite.config import compose
 
-GPU_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu"
 # Device memory as reported against the profile's datasheet figure: ECC and the driver keep
 # 2-7% (an L40S of 48 GB reports 46068 MiB, 45.0 GiB), while the sizes one name comes in
 # differ by 15% or more (H100 NVL 94 GB against 80 GB; 16 against 32 GB).
@@ -42,12 +40,8 @@ def normalize(name: str) -> str:
 
 @cache
 def gpu_profiles() -> dict[str, tuple[str, float]]:
-    """Every GPU profile in conf/gpu/: its key (e.g. `h100-nvl`) -> (device name, memory in GiB)."""
-    out = {}
-    for path in sorted(GPU_DIR.glob("*.yaml")):
-        spec = yaml.safe_load(path.read_text())
-        out[path.stem] = (spec["gpu"], float(spec["mem_gib"]))
-    return out
+    """Every GPU type in conf/hardware/: its key (e.g. `h100-nvl`) -> (device name, memory in GiB)."""
+    return {key: (d["gpu"], float(d["mem_gib"])) for key, d in compose.gpu_profiles().items()}
 
 
 def profile_named(name: str) -> str | None:
@@ -127,8 +121,8 @@ def diagnose() -> tuple[int, str]:
     if found is None:
         name, gib = gpus[0]
         return 2, (
-            f"GPU 0 is '{name}' with {gib:.1f} GiB, which matches no profile in {GPU_DIR} "
-            f"(known: {', '.join(gpu for gpu, _ in gpu_profiles().values())}). Add conf/gpu/<name>.yaml with its "
+            f"GPU 0 is '{name}' with {gib:.1f} GiB, which matches no GPU type in conf/hardware/ "
+            f"(known: {', '.join(gpu for gpu, _ in gpu_profiles().values())}). Add conf/hardware/<name>.yaml with its "
             "datasheet's figures and conf/hardware/<name>-x<n>.yaml, or pass hardware= yourself."
         )
     return 0, found
@@ -147,7 +141,7 @@ def mismatch(t: Any, devices: list[tuple[str, float | None]]) -> dict[str, Any] 
         got = profile_named(name) if gib is None else profile_of(name, gib)
         if expected is not None:
             fits = got == expected
-        else:  # a profile of the user's own, not in conf/gpu/: its name and memory must still fit
+        else:  # a profile of the user's own, not in conf/hardware/: its name and memory must still fit
             fits = normalize(name) == normalize(hw.gpu) and (gib is None or abs(gib / hw.mem_gib - 1) <= MEM_TOLERANCE)
         if not fits:
             return {

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.config import Trial
+from suite.record import Record
 
 MODEL = "pythia-160m"
 MICRO_BATCH = 16  # 16 x 2048 tokens per micro-step: enough work per kernel for a meaningful MFU
@@ -98,13 +99,13 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
-def judge(c: Check, rec: dict[str, Any] | None, records: dict[str, dict[str, Any]], predicted_gib: float | None) -> Row:
+def judge(c: Check, rec: Record | None, records: dict[str, Record], predicted_gib: float | None) -> Row:
     """The verdicts of one trial's record; `records` by check name (for ZeRO-3 against ZeRO-0)."""
     if rec is None:
         return Row(c.name, "not run", verdicts={"run": "FAIL: left out by the time budget"})
-    m = rec["metrics"] or {}
+    m = rec.metrics or {}
     recompute = c.methods.get("recompute", "none") == "full"
-    row = Row(c.name, rec["outcome"])
+    row = Row(c.name, rec.outcome)
     row.figures = {
         "step_time_s": m.get("step_time_s"),
         "mfu": m.get("mfu"),
@@ -113,25 +114,25 @@ def judge(c: Check, rec: dict[str, Any] | None, records: dict[str, dict[str, Any
         "predicted_gib": predicted_gib,
         "skipped": m.get("skipped_steps_discarded"),
         "first_loss": m.get("first_loss"),
-        "wall_s": rec.get("wall_s"),
-        "message": rec.get("message", "")[:160],
+        "wall_s": rec.wall_s,
+        "message": (rec.message or "")[:160],
     }
     v = row.verdicts
-    ok = rec["outcome"] == "ok"
+    ok, message = rec.ok, rec.message or ""
     if "oom" in c.verdicts:
-        named = "rank 0" in rec.get("message", "")
-        v["oom"] = "pass" if rec["outcome"] == "oom" and named else f"FAIL: {rec['outcome']}: {rec.get('message')}"
+        named = "rank 0" in message
+        v["oom"] = "pass" if rec.outcome == "oom" and named else f"FAIL: {rec.outcome}: {message}"
         return row
     if "flash" in c.verdicts:
         if ok:
             v["flash"] = "pass"
-        elif rec["outcome"] == "unsupported" and "flash-attn" in rec.get("message", ""):
+        elif rec.outcome == "unsupported" and "flash-attn" in message:
             v["flash"] = "pass"  # not installed or not usable here: recorded with its reason, as it should be
         else:
-            v["flash"] = f"FAIL: {rec['outcome']}: {rec.get('message')}"
+            v["flash"] = f"FAIL: {rec.outcome}: {message}"
         return row
     if not ok:
-        v["ok"] = f"FAIL: {rec['outcome']}: {rec.get('message')}"
+        v["ok"] = f"FAIL: {rec.outcome}: {message}"
         return row
     if "mfu" in c.verdicts:
         key = "hfu" if recompute else "mfu"
@@ -147,7 +148,7 @@ def judge(c: Check, rec: dict[str, Any] | None, records: dict[str, dict[str, Any
     if "first_loss" in c.verdicts:
         zero0 = records.get(c.name.replace("zero=3", "zero=0"))
         a = m.get("first_loss")
-        b = (zero0 or {}).get("metrics", {}).get("first_loss") if zero0 and zero0["outcome"] == "ok" else None
+        b = zero0.metrics.get("first_loss") if zero0 and zero0.ok else None
         if a is None or b is None:
             v["first_loss"] = f"FAIL: cannot compare (ZeRO-3 {a}, ZeRO-0 {b})"
         else:
@@ -240,20 +241,12 @@ def build_ops(log) -> Row:
     return row
 
 
-def base_trial(hardware: str) -> Trial:
-    """Pythia-160M with its recipe on `hardware`, measured briefly (MEASURE)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+def base_trial(gpu: str) -> Trial:
+    """Pythia-160M with its recipe on one GPU of type `gpu`, measured briefly (MEASURE)."""
+    from suite.config.compose import trial
 
-    from suite.cli import CONF_DIR, trial_from_cfg
-    from suite.config import register
-
-    register()
-    GlobalHydra.instance().clear()
     measure = [f"measure.{k}={v}" for k, v in MEASURE.items()] + ["measure.rerun=true"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"model={MODEL}", f"hardware={hardware}", *measure])
-    return trial_from_cfg(cfg)
+    return trial([f"model={MODEL}", f"hardware={gpu}", "hardware.count=1", *measure])
 
 
 def predicted_gib(t: Trial) -> float | None:
@@ -281,7 +274,7 @@ def finish(out: Path, rows: list[Row]) -> None:
 
 def main() -> None:
     from suite import detect
-    from suite.cli import run_one, summary_line
+    from suite.runner import run_one, summary_line
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else f"results/gpu-check/{time.strftime('%Y%m%d-%H%M%S')}")
     start = float(os.environ.get("GPU_CHECK_START", time.time()))
@@ -297,12 +290,11 @@ def main() -> None:
     print(f"detect: {found}", flush=True)
     if code != 0:
         finish(out, rows)
-    hardware = f"{detect.profile_of(*detect.local_gpus()[0])}-x1"  # the check runs on one GPU
-    base = base_trial(hardware)
+    base = base_trial(detect.profile_of(*detect.local_gpus()[0]))  # the check runs on one GPU
     with open(out / "ops.log", "w") as log:
         rows.append(build_ops(log))
     print(f"deepspeed ops: {rows[-1].verdicts['build']} ({rows[-1].figures['wall_s']} s)", flush=True)
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, Record] = {}
     walls: list[float] = []
     checks = plan()
     for c in checks:
@@ -316,14 +308,14 @@ def main() -> None:
         t = dataclasses.replace(
             t, measure=dataclasses.replace(t.measure, timeout_s=min(t.measure.timeout_s, int(left_s)))
         )
-        rec = run_one(t, str(out / "records"), "gpu-check", in_sweep=True)
-        records[c.name] = rec
-        if rec["outcome"] in ("ok", "oom") and not c.methods.get("compile"):
-            walls.append(rec["wall_s"])
-        print(summary_line(rec, t), flush=True)
+        ran = run_one(t, str(out / "records"), "gpu-check", in_sweep=True)
+        rec = records[c.name] = ran.record
+        if rec.outcome in ("ok", "oom") and not c.methods.get("compile"):
+            walls.append(rec.wall_s)
+        print(summary_line(ran, t), flush=True)
     for c in checks:
         rec = records.get(c.name)
-        ok = rec is not None and rec["outcome"] == "ok"
+        ok = rec is not None and rec.ok
         rows.append(judge(c, rec, records, predicted_gib(trial_of(base, c)) if ok else None))
     apps = gpu_apps()
     row = Row("launcher holds no GPU memory", "ok", {"message": f"compute apps: {apps}"})

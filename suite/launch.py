@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.config import Trial
+from suite.store import write_json
 
 GRACE_S = 1.0  # after one rank fails, how long its peers may take to report their own cause
 REPORT_POLL_S = 0.5  # how often a multi-node launcher looks for its peers' reports (a network filesystem)
@@ -176,13 +177,6 @@ def death_report(rc: int, kills_before: int | None, kills_now: int | None, log_p
     log = _tail(log_path, 600).strip().splitlines()
     message = cause + (f"; last output: {log[-1]}" if log else "")
     return {"outcome": "crashed", "message": message, "by": "launcher", "signal": rc < 0}
-
-
-def write_json(path: str, obj: dict[str, Any]) -> None:
-    tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Any
 
+from suite import models
 from suite.config import Trial
 
 NOISY_CV = 0.05  # a timed window whose step times vary more than 5% is flagged
@@ -95,9 +96,9 @@ def rates(
         "samples_per_s": samples_per_step / step_time_s,
         "mfu": None,
         "hfu": None,
-        # What ran, where it differs from what was asked (Trial.precision, Trial.attention).
+        # What ran, where it differs from what was asked (Trial.precision, suite.models.attention).
         "precision": t.precision,
-        "attention": t.attention,
+        "attention": models.attention(t),
     }
     peak = peak_flops(t)
     if peak:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
-from suite.config import TASKS, ModelConfig
+from suite.config.schema import TASKS, ModelConfig
 
 if TYPE_CHECKING:
-    from suite.config import Trial
+    from suite.config.schema import Trial
 
 AUTO_CLASSES = {
     "causal-lm": "AutoModelForCausalLM",
@@ -108,7 +108,7 @@ def inline(m: ModelConfig) -> ModelConfig:
     return dataclasses.replace(m, model_type=model_type, hf_config="", config=merged, source=source)
 
 
-def _config_class(model_type: str):
+def config_class(model_type: str):
     from transformers import CONFIG_MAPPING
 
     if not model_type:
@@ -129,7 +129,7 @@ def hf_config(m: ModelConfig):
     from transformers import AutoConfig
 
     model_type, f = fields(m)
-    _config_class(model_type)
+    config_class(model_type)
     try:
         cfg = AutoConfig.for_model(model_type, **f)
     except Exception as e:  # noqa: BLE001 - transformers validates fields with many exception types
@@ -183,7 +183,7 @@ class Shape:
     num_channels: int
 
 
-def _int(cfg, name: str) -> int:
+def int_field(cfg, name: str) -> int:
     v = getattr(cfg, name, None)
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
@@ -192,14 +192,14 @@ def _shape(cfg) -> Shape:
     widths = getattr(cfg, "hidden_sizes", None) or []
     depths = getattr(cfg, "depths", None) or []
     return Shape(
-        hidden=_int(cfg, "hidden_size") or max(widths, default=0),
-        layers=sum(depths) if depths else _int(cfg, "num_hidden_layers"),
-        heads=_int(cfg, "num_attention_heads"),
-        vocab=_int(cfg, "vocab_size"),
-        max_positions=_int(cfg, "max_position_embeddings"),
-        patch_size=_int(cfg, "patch_size"),
-        num_labels=_int(cfg, "num_labels"),
-        num_channels=_int(cfg, "num_channels") or 3,
+        hidden=int_field(cfg, "hidden_size") or max(widths, default=0),
+        layers=sum(depths) if depths else int_field(cfg, "num_hidden_layers"),
+        heads=int_field(cfg, "num_attention_heads"),
+        vocab=int_field(cfg, "vocab_size"),
+        max_positions=int_field(cfg, "max_position_embeddings"),
+        patch_size=int_field(cfg, "patch_size"),
+        num_labels=int_field(cfg, "num_labels"),
+        num_channels=int_field(cfg, "num_channels") or 3,
     )
 
 
@@ -271,90 +271,10 @@ def attentions(m: ModelConfig) -> tuple[str, ...] | None:
         return None
 
 
-def _positive_fields(cfg_class, f: dict[str, Any]) -> list[str]:
-    """Integer fields given a value <= 0 where transformers' default is a positive integer."""
-    default = cfg_class()
-    out = []
-    for k, v in f.items():
-        d = getattr(default, k, None)
-        if isinstance(d, (list, tuple)) and d and all(isinstance(x, int) and x > 0 for x in d):
-            if isinstance(v, list) and any(not isinstance(x, int) or x <= 0 for x in v):
-                out.append(f"model.config.{k}={v} must hold integers > 0")
-        elif isinstance(d, int) and not isinstance(d, bool) and d > 0:
-            if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
-                out.append(f"model.config.{k}={v} must be > 0")
-    return out
-
-
-def _unknown_fields(cfg_class, f: dict[str, Any], built) -> list[str]:
-    """Fields the config class neither declares nor takes (a typo is kept as a stray attribute)."""
-    default = cfg_class()
-    out = []
-    for k in f:
-        if not hasattr(default, k) and k in vars(built):
-            near = difflib.get_close_matches(k, [a for a in vars(default) if not a.startswith("_")], n=2)
-            hint = f"; did you mean {' or '.join(near)}?" if near else ""
-            out.append(f"model.config.{k} is not a field of {cfg_class.__name__}{hint}")
-    return out
-
-
-def problems(t: Trial) -> list[str]:
-    """Every problem of the trial's model against its architecture, without building it."""
-    m, r, me = t.model, t.model.recipe, t.methods
-    p: list[str] = []
-    if m.task not in TASKS:
-        p.append(f"model.task={m.task!r} is not allowed; choose one of {', '.join(TASKS)}")
-    try:
-        model_type, f = fields(m)
-        cfg_class = _config_class(model_type)
-    except ModelError as e:
-        return p + [str(e)]
-    for k, owner in SUITE_FIELDS.items():
-        if k in m.config:
-            p.append(f"model.config.{k} is set by the trial, not the model config: use {owner}")
-    bad = _positive_fields(cfg_class, f)
-    if bad:  # transformers' own validators would only report the first of them
-        return p + bad
-    try:
-        built = hf_config(m)
-    except ModelError as e:
-        return p + [str(e)]
-    p += _unknown_fields(cfg_class, f, built)
-    if m.task not in TASKS:
-        return p
-    try:
-        a = arch(m)
-    except ModelError as e:
-        return p + [str(e)]
-    s = a.shape
-    if s.heads and s.hidden % s.heads and not a.head_dim_given:
-        p.append(f"model.config: hidden_size={s.hidden} is not divisible by num_attention_heads={s.heads}")
-    kv = _int(built, "num_key_value_heads")
-    if s.heads and kv and s.heads % kv:
-        p.append(f"model.config: num_attention_heads={s.heads} is not divisible by num_key_value_heads={kv}")
-    if TASKS[m.task] == "token":
-        if r.seq_len <= 0:
-            p.append(f"model.recipe.seq_len={r.seq_len} must be > 0")
-        if s.vocab <= 0:
-            p.append(f"model.config.vocab_size={s.vocab} must be > 0 for {m.task}")
-        if r.seq_len > s.max_positions > 0:
-            p.append(
-                f"model.recipe.seq_len={r.seq_len} exceeds the model's positions "
-                f"(model.config max_position_embeddings={s.max_positions})"
-            )
-    else:
-        if r.image_size <= 0:
-            p.append(f"model.recipe.image_size={r.image_size} must be > 0")
-        elif s.patch_size > 0 and r.image_size % s.patch_size:
-            p.append(f"model.recipe.image_size={r.image_size} is not a multiple of the patch size {s.patch_size}")
-        if s.num_labels <= 0:
-            p.append(f"model.config.num_labels={s.num_labels} must be > 0 for {m.task}")
-    if me.recompute == "full" and not a.block_names:
-        p.append(f"methods.recompute=full needs repeated blocks; {a.model_class} names none (_no_split_modules)")
-    if a.attentions and me.attention not in a.attentions:
-        allowed = ", ".join(a.attentions)
-        p.append(f"methods.attention={me.attention} is not supported by {a.model_class}; choose one of {allowed}")
-    return p
+def attention(t: Trial) -> str:
+    """The attention that runs: methods.attention, or `none` for a model without attention
+    (Mamba, ConvNeXt), which has no implementation to choose. The record's metrics repeat it."""
+    return "none" if attentions(t.model) == () else t.methods.attention
 
 
 def block_class(model: torch.nn.Module) -> type[torch.nn.Module] | None:
@@ -403,7 +323,7 @@ def build(m: ModelConfig, attention: str, recompute: str, dtype: torch.dtype | N
     """The model with random weights on the current default device, in training mode.
 
     `attention` is the implementation to run; a model without attention takes none, whatever
-    is asked (`Trial.attention` records `none` for it). `dtype` (default: torch's default,
+    is asked (`attention` records `none` for it). `dtype` (default: torch's default,
     fp32) is the dtype its weights are created in, so a 16-bit trial never holds an fp32 copy
     of the model; buffers that transformers keeps in fp32 (rotary frequencies) stay fp32.
     """
@@ -439,21 +359,48 @@ def batch(m: ModelConfig, micro_batch: int, gen: torch.Generator, device) -> dic
     return {"input_ids": ids.to(device), "labels": labels.to(device)}
 
 
-def _fallback_kernels(model: torch.nn.Module) -> list[tuple[types.ModuleType, str, Any, str, bool]]:
-    """(module, name, function, package, fast) for each function of the model's modeling
-    modules that transformers binds to an optional package's kernel when the package is
-    installed, else to its PyTorch reference (`use_kernel_func_from_hub_with_fallback`: the
-    closure holds `package` and `is_new_implementation`)."""
+@dataclass(frozen=True)
+class Fallback:
+    """A function of a modeling module that transformers binds to an optional package's kernel
+    when the package is installed, else to its PyTorch reference
+    (`use_kernel_func_from_hub_with_fallback`: its closure holds `package` and
+    `is_new_implementation`). `bound` is what the module holds under `name`: that function, or
+    (transformers >= 5.2x) a module object whose `forward` calls it."""
+
+    module: types.ModuleType
+    name: str
+    bound: Any
+    reference: Any
+    """The PyTorch reference implementation (the decorated function itself)."""
+    package: str
+    fast: bool
+
+
+def _with_fallback(obj: Any) -> Any:
+    """The `use_kernel_func_from_hub_with_fallback` wrapper behind `obj`, or None."""
+    if isinstance(obj, torch.nn.Module):  # a function module: its class's forward closes over the function
+        forward = getattr(type(obj), "forward", None)
+        obj = inspect.getclosurevars(forward).nonlocals.get("func") if inspect.isfunction(forward) else None
+    if not inspect.isfunction(obj) or not inspect.isfunction(getattr(obj, "__wrapped__", None)):
+        return None
+    free = inspect.getclosurevars(obj).nonlocals
+    return obj if "is_new_implementation" in free and "package" in free else None
+
+
+def _fallback_kernels(model: torch.nn.Module) -> list[Fallback]:
+    """Every `Fallback` of the modeling modules the model's classes come from."""
     found = []
     names = sorted({type(mod).__module__ for mod in model.modules()})
     for module in filter(None, (sys.modules.get(n) for n in names)):
-        for name, fn in list(vars(module).items()):
-            # Plain functions only: attribute lookups on transformers' lazy modules import them.
-            if not inspect.isfunction(fn) or not inspect.isfunction(getattr(fn, "__wrapped__", None)):
+        for name, obj in list(vars(module).items()):
+            # Functions and module objects only: attribute lookups on transformers' lazy modules import them.
+            if not (inspect.isfunction(obj) or isinstance(obj, torch.nn.Module)):
                 continue
-            free = inspect.getclosurevars(fn).nonlocals
-            if "is_new_implementation" in free and "package" in free:
-                found.append((module, name, fn, str(free["package"]), bool(free["is_new_implementation"])))
+            fn = _with_fallback(obj)
+            if fn is not None:
+                free = inspect.getclosurevars(fn).nonlocals
+                fast = bool(free["is_new_implementation"])
+                found.append(Fallback(module, name, obj, fn.__wrapped__, str(free["package"]), fast))
     return found
 
 
@@ -464,8 +411,8 @@ def kernel_path(model: torch.nn.Module) -> str | None:
     found = _fallback_kernels(model)
     if not found:
         return None
-    fast = sorted({pkg.replace("_", "-") for *_, pkg, ok in found if ok})
-    slow = sorted({pkg.replace("_", "-") for *_, pkg, ok in found if not ok})
+    fast = sorted({f.package.replace("_", "-") for f in found if f.fast})
+    slow = sorted({f.package.replace("_", "-") for f in found if not f.fast})
     if not slow:
         return f"fast ({', '.join(fast)})"
     if not fast:
@@ -477,14 +424,14 @@ def kernel_path(model: torch.nn.Module) -> str | None:
 def reference_kernels(model: torch.nn.Module):
     """Run the model's optional fused kernels as their PyTorch references for a while: a custom
     kernel neither runs on the meta device nor shows its FLOPs to FlopCounterMode."""
-    swapped = [(module, name, fn) for module, name, fn, _, fast in _fallback_kernels(model) if fast]
-    for module, name, fn in swapped:
-        setattr(module, name, fn.__wrapped__)
+    swapped = [f for f in _fallback_kernels(model) if f.fast]
+    for f in swapped:
+        setattr(f.module, f.name, f.reference)
     try:
         yield
     finally:
-        for module, name, fn in swapped:
-            setattr(module, name, fn)
+        for f in swapped:
+            setattr(f.module, f.name, f.bound)
 
 
 def _conv_backward_flop(grad_out_shape, x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
@@ -536,7 +483,7 @@ def _extrapolated(model: torch.nn.Module, m: ModelConfig, micro_batch: int) -> i
     and it is evaluated at the recipe's length. Lengths are multiples of the config's
     `chunk_size` where it has one, so a chunked scan pads alike at every length.
     """
-    chunk = _int(hf_config(m), "chunk_size")
+    chunk = int_field(hf_config(m), "chunk_size")
     lengths = [k * (chunk or EXTRAPOLATION_STEP) for k in (1, 2, 3, 4)]
     if m.recipe.seq_len <= lengths[-1]:
         return None

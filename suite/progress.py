@@ -1,15 +1,22 @@
 """Progress of a sweep or search: trial i of N, current best, elapsed, estimated time left.
 
-On a terminal a status line ticks while a trial runs; in a non-interactive log only the
-lines of finished trials are printed.
+On a terminal, rich's live display keeps a status line ticking below the finished trials'
+lines (what runs, how long, the best so far, the time left); in a log (not a terminal) each
+finished trial's line is followed by that status as a line of text.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
-import threading
 import time
-from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Live
+
+from suite.labels import methods_label
+from suite.record import Record
 
 
 def clock(seconds: float) -> str:
@@ -21,11 +28,19 @@ class Progress:
     def __init__(self, total: int | None = None, stream=None):
         self.total = total
         self.stream = stream or sys.stdout
-        self.live = self.stream.isatty()
         self.start = time.monotonic()
         self.done = 0
         self.best: dict[tuple[str, str], tuple[float, str]] = {}  # (model, hardware) -> (step s, methods)
-        self._stop: threading.Event | None = None
+        self.live = None
+        if self.stream.isatty():
+            console = Console(file=self.stream, highlight=False, soft_wrap=True)
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.live = Live(*columns, TimeRemainingColumn(), TextColumn("{task.fields[best]}"), console=console)
+            self.task = self.live.add_task("", total=total, best="")
+            atexit.register(self.live.stop)  # restores the terminal however the sweep ends
+
+    def _best(self) -> str:
+        return "".join(f"; best {m} on {h}: {s:.3f} s/step ({w})" for (m, h), (s, w) in self.best.items())
 
     def status(self) -> str:
         elapsed = time.monotonic() - self.start
@@ -33,36 +48,27 @@ class Progress:
         eta = ""
         if self.total and self.done:
             eta = f", ~{clock(elapsed / self.done * (self.total - self.done))} left"
-        best = "".join(f"; best {m} on {h}: {s:.3f} s/step ({w})" for (m, h), (s, w) in self.best.items())
-        return f"{n} trials done, {clock(elapsed)} elapsed{eta}{best}"
+        return f"{n} trials done, {clock(elapsed)} elapsed{eta}{self._best()}"
 
     def begin(self, what: str) -> None:
-        """Start the ticking status line (terminals only)."""
-        if not self.live:
-            return
-        stop = self._stop = threading.Event()
-        began = time.monotonic()
+        """Show what runs now (terminals only)."""
+        if self.live is not None:
+            self.live.start()
+            self.live.update(self.task, description=f"running {what}")
 
-        def tick() -> None:
-            while not stop.wait(1.0):
-                line = f"running {what} ({time.monotonic() - began:.0f} s) | {self.status()}"
-                self.stream.write("\r\033[K" + line[:160])
-                self.stream.flush()
-
-        threading.Thread(target=tick, daemon=True).start()
-
-    def end(self, rec: dict[str, Any], line: str) -> None:
+    def end(self, rec: Record, line: str) -> None:
         """Record a finished trial and print its line and the sweep's status."""
-        if self._stop is not None:
-            self._stop.set()
-            self.stream.write("\r\033[K")
         self.done += 1
-        if rec["outcome"] == "ok":
-            t, m = rec["trial"], rec["metrics"]
-            key = (t["model"]["name"], t["hardware"]["name"])
-            if key not in self.best or m["step_time_s"] < self.best[key][0]:
-                me = t["methods"]
-                what = f"zero{me['zero_stage']} offload={me['offload']} rc={me['recompute']} mb={me['micro_batch']}"
-                self.best[key] = (m["step_time_s"], what)
-        self.stream.write(f"{line}\n    [{self.status()}]\n")
-        self.stream.flush()
+        if rec.ok:
+            t = rec.spec
+            key = (t.model.name, t.hardware.name)
+            if key not in self.best or rec.step_time_s < self.best[key][0]:
+                self.best[key] = (rec.step_time_s, f"{methods_label(t)} mb={t.methods.micro_batch}")
+        if self.live is None:
+            self.stream.write(f"{line}\n    [{self.status()}]\n")
+            self.stream.flush()
+            return
+        self.live.console.print(line, markup=False)
+        self.live.update(self.task, completed=self.done, description="", best=self._best())
+        if self.total and self.done >= self.total:
+            self.live.stop()

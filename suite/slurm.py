@@ -29,8 +29,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf, open_dict
 
 from suite import store
-from suite.cli import trial_from_cfg
 from suite.config import ClusterConfig, Trial
+from suite.config.compose import trial_from_cfg
 
 log = logging.getLogger(__name__)
 

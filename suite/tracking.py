@@ -9,14 +9,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from suite.record import Record
 
-def scalar_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    out = {"outcome": rec["outcome"], "message": rec["message"], "trial_id": rec["trial_id"], "wall_s": rec["wall_s"]}
-    out.update({k: v for k, v in rec["metrics"].items() if isinstance(v, (int, float, bool, str)) or v is None})
+
+def scalar_summary(rec: Record) -> dict[str, Any]:
+    out = {"outcome": rec.outcome, "message": rec.message, "trial_id": rec.trial_id, "wall_s": rec.wall_s}
+    out.update({k: v for k, v in rec.metrics.items() if isinstance(v, (int, float, bool, str)) or v is None})
     return out
 
 
-def log_trial(rec: dict[str, Any], mode: str, project: str, directory: str) -> None:
+def log_trial(rec: Record, mode: str, project: str, directory: str) -> None:
     if mode == "disabled":
         return
     try:
@@ -25,16 +27,16 @@ def log_trial(rec: dict[str, Any], mode: str, project: str, directory: str) -> N
         import wandb
 
         os.makedirs(directory, exist_ok=True)
-        t = rec["trial"]
+        t = rec.trial
         run = wandb.init(
             project=project,
             mode=mode,
             dir=directory,
-            group=rec["sweep"],
+            group=rec.sweep,
             job_type="trial",
-            name=f"{t['model']['name']}/{t['hardware']['name']}/{rec['trial_id']}",
-            tags=[t["model"]["name"], t["hardware"]["name"], rec["outcome"]],
-            config=t | {"trial_id": rec["trial_id"], "sweep": rec["sweep"]},
+            name=f"{t['model']['name']}/{t['hardware']['name']}/{rec.trial_id}",
+            tags=[t["model"]["name"], t["hardware"]["name"], rec.outcome],
+            config=t | {"trial_id": rec.trial_id, "sweep": rec.sweep},
             reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off"),
         )

@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass
 
 from suite.config import Trial
+from suite.store import write_json
 
 EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
 # Out-of-memory in an error's text (lower case), where it is not a MemoryError or
@@ -142,40 +143,37 @@ class Window:
         return True
 
 
-def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
+@dataclass
+class Timings:
+    """The timed window's figures of this rank: per kept step, the non-boundary micro-steps, the
+    boundary micro-step and the optimizer step; the loss of each kept step and the first loss."""
+
+    micro_s: list[list[float]]
+    boundary_s: list[float]
+    optimizer_s: list[float]
+    losses: list[float]
+    first_loss: float | None
+
+
+def device_of(t: Trial, local_rank: int):
+    """This rank's device and its synchronize (a no-op on a CPU, whose kernels run synchronously)."""
+    import torch
+
+    if t.hardware.device != "cuda":
+        return torch.device("cpu"), lambda: None
+    torch.cuda.set_device(local_rank)
+    torch.backends.cuda.matmul.allow_tf32 = t.hardware.tf32
+    torch.backends.cudnn.allow_tf32 = t.hardware.tf32
+    return torch.device("cuda", local_rank), torch.cuda.synchronize
+
+
+def timed_window(t: Trial, eng, pool: list, device, sync, rank: int, w: Window) -> Timings:
+    """Warm up, then time `t.measure.timed_steps` optimizer steps (the `Window` decides which)."""
     import torch
     import torch.distributed as dist
 
-    from suite import engines, metrics, models
-
-    cuda = t.hardware.device == "cuda"
-    if cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        torch.backends.cuda.matmul.allow_tf32 = t.hardware.tf32
-        torch.backends.cudnn.allow_tf32 = t.hardware.tf32
-        sync = torch.cuda.synchronize
-    else:
-        device = torch.device("cpu")
-
-        def sync() -> None:  # CPU kernels run synchronously
-            pass
-
-    me, gas = t.methods, t.gas_measured
-    eng = engines.make(t, device, gas)
-    flops, n_params = models.count_flops(t.model, me.attention, "none")
-    hw_flops = flops if me.recompute == "none" else models.count_flops(t.model, me.attention, me.recompute)[0]
-
-    host_base_gib = host_hwm_gib()  # the imported runtime
-    if not cuda:
-        enforce_memory_budget(t.hardware.mem_gib or machine_share_gib())
-    reset_peaks(cuda)
-    eng.build()
-    build = peaks(cuda)
-
-    gen = torch.Generator().manual_seed(t.measure.seed * 1000 + rank)
-    pool = [models.batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
-    graphs = compiled_graphs if me.compile else lambda: 0
+    gas = t.gas_measured
+    graphs = compiled_graphs if t.methods.compile else lambda: 0
 
     def one_step(k: int, poison: bool) -> tuple[list[float], float, float, float]:
         micro, losses = [], []
@@ -194,9 +192,8 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         # .item() is a device sync point, so it stays outside the timers.
         return micro, t1 - t0, t2 - t1, torch.stack(losses).float().mean().item()
 
-    w = Window(t.measure.warmup_steps, t.measure.timed_steps)
-    micro_s, boundary_s, optimizer_s, losses = [], [], [], []
-    first_loss, k = None, 0
+    out = Timings([], [], [], [], None)
+    k = 0
     while w.kept < t.measure.timed_steps:
         if w.first_timed and rank == t.debug.fault_rank:
             inject(t.debug.fault)
@@ -204,7 +201,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         poison = w.timing and t.debug.fault == "nan" and rank == t.debug.fault_rank
         micro, boundary, optimizer, loss = one_step(k, poison)
         k += gas
-        first_loss = loss if first_loss is None else first_loss
+        out.first_loss = loss if out.first_loss is None else out.first_loss
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"loss is {loss} at step {w.warmup_run + w.discarded + w.kept} on rank {rank}")
         skipped = not eng.step_applied() or overflow_injected(t, rank, w)
@@ -213,16 +210,38 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         was_timing = w.timing
         if w.keep(int(flags[0]), bool(flags[1])):
-            micro_s.append(micro)
-            boundary_s.append(boundary)
-            optimizer_s.append(optimizer)
-            losses.append(loss)
+            out.micro_s.append(micro)
+            out.boundary_s.append(boundary)
+            out.optimizer_s.append(optimizer)
+            out.losses.append(loss)
         elif w.timing and not was_timing:
-            reset_peaks(cuda)  # the timed window's peaks start here
-    timed = peaks(cuda)
-    # The machine's speed now, after the timed window (it changes nothing measured): every rank
-    # at once, the slowest one's, as a calibration keeps it.
-    # A trial near its memory limit may have no room for the probe's matrices: no figure then.
+            reset_peaks(t.hardware.device == "cuda")  # the timed window's peaks start here
+    return out
+
+
+def slowest_rank(tm: Timings, device, gas: int) -> Timings:
+    """Each timer at its slowest rank's value (max over ranks, element by element)."""
+    import torch
+    import torch.distributed as dist
+
+    n = len(tm.boundary_s)
+    times = [tm.boundary_s, tm.optimizer_s] + [list(c) for c in zip(*tm.micro_s, strict=True)]
+    both = torch.tensor(times, dtype=torch.float64).to(device)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    times = both.cpu().tolist()
+    micro = [[times[2 + j][i] for j in range(gas - 1)] for i in range(n)]
+    return Timings(micro, times[0], times[1], tm.losses, tm.first_loss)
+
+
+def probe_speed(device, sync) -> float | None:
+    """The machine's speed now, after the timed window (it changes nothing measured): every rank
+    at once, the slowest one's, as a calibration keeps it. A trial near its memory limit may have
+    no room for the probe's matrices: no figure then."""
+    import torch
+    import torch.distributed as dist
+
+    from suite import metrics
+
     dist.barrier()
     try:
         speed = metrics.speed_probe(device, sync)
@@ -230,15 +249,37 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         speed = -1.0
     probe = torch.tensor([speed], dtype=torch.float64, device=device)
     dist.all_reduce(probe, op=dist.ReduceOp.MIN)
+    return probe.item() if probe.item() > 0 else None
 
-    # The slowest rank sets each timer: max over ranks, element by element.
-    n = t.measure.timed_steps
-    times = torch.tensor([boundary_s, optimizer_s] + [list(c) for c in zip(*micro_s, strict=True)], dtype=torch.float64)
-    times = times.to(device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    times = times.cpu().tolist()
-    boundary_s, optimizer_s = times[0], times[1]
-    micro_s = [[times[2 + j][i] for j in range(gas - 1)] for i in range(n)]
+
+def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
+    """Build, warm up and time the trial on this rank; rank 0 returns the metrics, the others None."""
+    import torch
+    import torch.distributed as dist
+
+    from suite import engines, metrics, models
+
+    cuda = t.hardware.device == "cuda"
+    device, sync = device_of(t, local_rank)
+    me, gas = t.methods, t.gas_measured
+    eng = engines.make(t, device, gas)
+    flops, n_params = models.count_flops(t.model, me.attention, "none")
+    hw_flops = flops if me.recompute == "none" else models.count_flops(t.model, me.attention, me.recompute)[0]
+
+    host_base_gib = host_hwm_gib()  # the imported runtime
+    if not cuda:
+        enforce_memory_budget(t.hardware.mem_gib or machine_share_gib())
+    reset_peaks(cuda)
+    eng.build()
+    build = peaks(cuda)
+
+    gen = torch.Generator().manual_seed(t.measure.seed * 1000 + rank)
+    pool = [models.batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
+    w = Window(t.measure.warmup_steps, t.measure.timed_steps)
+    tm = timed_window(t, eng, pool, device, sync, rank, w)
+    timed = peaks(cuda)
+    probe = probe_speed(device, sync)
+    tm = slowest_rank(tm, device, gas)
 
     mem = {**timed, **{f"build_{key}": v for key, v in build.items()}, "host_base_gib": host_base_gib}
     if cuda:
@@ -247,20 +288,20 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     dist.all_gather_object(per_rank, mem)
     if rank != 0:
         return None
-    out = metrics.summarize(t, micro_s, boundary_s, optimizer_s, flops, hw_flops)
+    out = metrics.summarize(t, tm.micro_s, tm.boundary_s, tm.optimizer_s, flops, hw_flops)
     out.update(metrics.memory(per_rank, cuda))
     out.update(
         eng.record(),
         n_params=n_params,
         memory_per_rank=per_rank,
-        first_loss=first_loss,
-        loss_per_step=losses,
+        first_loss=tm.first_loss,
+        loss_per_step=tm.losses,
         kernel_path=models.kernel_path(eng.model),
         warmup_steps_run=w.warmup_run,
         skipped_steps_warmup=w.skipped_warmup,
         skipped_steps_discarded=w.discarded,
         recompiles_timed=w.recompiles,
-        probe_flops=probe.item() if probe.item() > 0 else None,
+        probe_flops=probe,
     )
     return out
 
@@ -307,13 +348,6 @@ def classify(e: BaseException) -> str:
     if isinstance(e, NonFiniteLoss):
         return "nan"
     return "crashed"
-
-
-def write_json(path: str, obj: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
 
 
 def die_with_parent() -> None:

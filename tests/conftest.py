@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from suite.cli import CONF_DIR, trial_from_cfg
-from suite.config import Trial, register
+from suite.config import Trial
+from suite.config.compose import compose, trial
 
 # How a CPU test trial is run: two CPU workers, few steps.
 CPU_RUN = [
@@ -66,14 +64,11 @@ def calibration_dir(tmp_path_factory):
 
 
 def compose_cfg(overrides: list[str]):
-    register()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose(overrides)
 
 
 def make_trial(overrides: list[str]) -> Trial:
-    return trial_from_cfg(compose_cfg(overrides))
+    return trial(overrides)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from conftest import single_rank_env
 
-from analysis import ReportError, cli, estimates, published
+from analysis import ReportError, estimates, published
 from analysis.export import export_winner, write_export
 from analysis.load import load_results
 from analysis.prices import load_prices
@@ -29,8 +29,10 @@ from analysis.tables import (
     micro_batches,
     speedups,
 )
-from suite import methods, store
+from cli import report as cli
+from suite import methods, record, store
 from suite.config import Trial
+from suite.record import Record, add_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 PAPER_DAYS, PAPER_STEPS = 17.57, 143_000  # Pythia-1B, 4x A100, best configuration (Khandelwal et al. 2024)
@@ -77,7 +79,7 @@ def test_paper_step_time_gives_17_57_days_and_its_costs(prices):
     assert math.isnan(estimates.owned_hardware_usd(prices, "a100-80gb", 3))  # no such node
 
 
-def paper_record(t: Trial) -> dict:
+def paper_record(t: Trial) -> Record:
     """A record of `t` timed at the paper's Pythia-1B step time (a formula check, not a measurement)."""
     tokens_per_step = 1024 * 2048
     step_time_s = PAPER_DAYS * 86400 / PAPER_STEPS
@@ -91,7 +93,7 @@ def paper_record(t: Trial) -> dict:
         "gas": t.gas,
         "mfu": None,
     }
-    return store.record(t, "test", "ok", "", metrics, 0.0)
+    return Record.new(t, "test", "ok", "", metrics, 0.0)
 
 
 def test_add_estimates_on_a_record_at_the_papers_step_time(prices, tmp_path):
@@ -175,7 +177,7 @@ def test_fixture_set_is_real_and_varied(raw):
     outcomes = {r["outcome"] for r in raw}
     assert {"ok", "oom", "invalid"} <= outcomes
     assert len({r["trial"]["hardware"]["name"] for r in raw}) >= 2
-    assert all(r["schema"] == store.SINGLE_RUN_SCHEMA and r["provenance"]["git_revision"] for r in raw)
+    assert all(r["schema"] == record.SINGLE_RUN_SCHEMA and r["provenance"]["git_revision"] for r in raw)
 
 
 def test_load_gives_one_checked_row_per_file(df, raw):
@@ -409,7 +411,7 @@ def isolated_predictor(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("SUITE_CACHE_DIR", str(base / "cache"))
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(base / "no-calibration"))
-    monkeypatch.setattr("suite.predict.ACCURACY_DIR", base / "no-accuracy")
+    monkeypatch.setattr("suite.paths.accuracy_dir", lambda: base / "no-accuracy")
     return monkeypatch
 
 
@@ -427,7 +429,7 @@ def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_pre
     stat = {"n": 12, "median": 4.2, "p90": 9.8, "max": 14.0}
     summary = {"n_records": 12, "peak_mem_err_pct": stat, "step_time_err_pct": stat | {"median": 7.5}}
     (accuracy / "cuda.json").write_text(json.dumps(summary | {"fit_right_pct": 100.0, "fit_n": 12, "source": "x"}))
-    isolated_predictor.setattr("suite.predict.ACCURACY_DIR", accuracy)
+    isolated_predictor.setattr("suite.paths.accuracy_dir", lambda: accuracy)
     fits, tight = tiny_predict("a100-80gb-x1"), tiny_predict("a100-80gb-x1", "hardware.mem_gib=0.01")
     out_dir = tmp_path / "out"
     assert cli.main(["tables", str(FIXTURES), "--out", str(out_dir), "--predict", fits, "--predict", tight]) == 0
@@ -510,10 +512,10 @@ def repeated(tmp_path_factory, raw, prices):
         rec = None
         for x in times:
             if x is None:
-                rec = store.with_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 5.0)
+                rec = add_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 5.0)
             else:
                 m = dict(base["metrics"], step_time_s=x, gas=t.gas, gas_measured=t.gas_measured)
-                rec = store.with_run(rec, t, "test", "ok", "", m, 10.0)
+                rec = add_run(rec, t, "test", "ok", "", m, 10.0)
         store.save(d, rec)
     frame, skipped = load_results(d)
     assert skipped == []
@@ -549,7 +551,7 @@ def test_a_significantly_slower_micro_batch_is_not_taken_for_a_faster_one(raw, t
         rec = None
         for x in times:
             m = dict(base["metrics"], step_time_s=x, gas=t.gas, gas_measured=t.gas_measured)
-            rec = store.with_run(rec, t, "test", "ok", "", m, 10.0)
+            rec = add_run(rec, t, "test", "ok", "", m, 10.0)
         store.save(tmp_path, rec)
     df, _ = load_results(tmp_path)
     case = micro_batches(df).iloc[0]
@@ -595,8 +597,8 @@ def test_tables_and_export_show_intervals_runs_and_ties(repeated, tmp_path, caps
 def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_path):
     d, df = repeated
     t = Trial.from_dict(df.iloc[0]["trial"])
-    rec = store.with_run(None, t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
-    rec = store.with_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
+    rec = Record.new(t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
+    rec = rec.with_run(t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
     store.save(tmp_path, rec)
     frame, _ = load_results(tmp_path)
     assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])

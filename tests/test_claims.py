@@ -19,7 +19,7 @@ import pytest
 from conftest import TINY, make_trial
 
 from suite import store
-from suite.cli import run_one
+from suite.runner import run_one
 
 HOLD = """
 import sys, time
@@ -36,7 +36,7 @@ REPEATS_JOB = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
 from conftest import TINY, make_trial
-from suite import cli, launch
+from suite import launch, runner
 
 def stand_in(t, keep_logs=None, node=None):
     time.sleep(0.3)
@@ -46,7 +46,7 @@ def stand_in(t, keep_logs=None, node=None):
 
 launch.run_trial = stand_in
 t = make_trial(TINY + ["measure.repeats=" + sys.argv[2]])
-print(cli.run_one(t, sys.argv[1], "test", in_sweep=True)["_fresh_runs"])
+print(runner.run_one(t, sys.argv[1], "test", in_sweep=True).fresh_runs)
 """
 
 
@@ -60,15 +60,15 @@ def test_jobs_sharing_a_store_never_run_more_repeats_than_asked(tmp_path):
     fresh = [int(j.communicate(timeout=120)[0].strip()) for j in jobs]
     assert all(j.returncode == 0 for j in jobs)
     rec = store.load(tmp_path, make_trial(TINY).id)
-    assert sum(fresh) == len(rec["runs"]) == rec["metrics"]["runs"] == 5  # the most asked for, each run once
-    assert [f.name for f in tmp_path.glob("*.json")] == [f"{rec['trial_id']}.json"]
+    assert sum(fresh) == len(rec.runs) == rec.n_runs == 5  # the most asked for, each run once
+    assert [f.name for f in tmp_path.glob("*.json")] == [f"{rec.trial_id}.json"]
 
 
 def _write_many(d: str, writer: int) -> None:
     for i in range(30):
         # Half the ids are shared by every writer, half are this writer's own.
         tid = f"shared{i % 5}" if i % 2 else f"w{writer}-{i}"
-        store.save(d, {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
+        store.write_json(store.path_for(d, tid), {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
 
 
 def test_concurrent_writers_leave_one_whole_file_per_trial(tmp_path):
@@ -108,8 +108,8 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path, monkeypatch):
 def test_two_jobs_asking_for_one_trial_at_once_measure_it_once(tmp_path):
     t = make_trial(TINY)
     with ThreadPoolExecutor(2) as pool:
-        recs = list(pool.map(lambda _: run_one(t, str(tmp_path), "test", in_sweep=True), range(2)))
-    assert [r["outcome"] for r in recs] == ["ok", "ok"]
-    assert sorted(r.get("_source", "measured") for r in recs) == ["from store", "measured"]
+        ran = list(pool.map(lambda _: run_one(t, str(tmp_path), "test", in_sweep=True), range(2)))
+    assert [r.record.outcome for r in ran] == ["ok", "ok"]
+    assert sorted(r.fresh_runs for r in ran) == [0, 1] and sorted(r.from_store for r in ran) == [False, True]
     assert [f.name for f in tmp_path.glob("*.json")] == [f"{t.id}.json"]
     assert len(list((tmp_path / "logs").glob(f"{t.id}-rank*.log"))) == 2  # one run of its two ranks

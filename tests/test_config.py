@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import TINY, make_trial
 
-from suite.cli import CONF_DIR
-from suite.config import problems, unsupported
+from suite import paths
+from suite.config.validate import problems, unsupported
 
-CONF = Path(CONF_DIR)
+CONF = paths.conf_dir()
 
 
 def names(group: str) -> list[str]:
@@ -34,12 +33,25 @@ def test_every_model_composes_and_is_valid_on_a_gpu_node(model):
 
 @pytest.mark.parametrize("hardware", names("hardware"))
 def test_every_hardware_profile_composes_and_is_valid(hardware):
-    t = make_trial([f"hardware={hardware}", "methods.precision=fp32"])
-    assert t.hardware.name == hardware
-    assert problems(t) == []
-    if t.hardware.device == "cuda":
-        assert hardware.endswith(f"-x{t.hardware.count}")
-        assert t.hardware.peak_tflops["fp16"] > 0 and t.hardware.mem_gib > 0 and t.hardware.datasheet
+    for n in (1, 2, 4, 8) if hardware != "cpu-x2-1gb" else (2,):
+        t = make_trial([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
+        assert problems(t) == [] and t.hardware.count == n
+        assert t.hardware.name == (f"{hardware}-x{n}" if hardware != "cpu-x2-1gb" else hardware)
+        # The older name of the same budget is the same trial.
+        assert make_trial([f"hardware={t.hardware.name}", "methods.precision=fp32"]).id == t.id
+        if t.hardware.device == "cuda":
+            assert t.hardware.peak_tflops["fp16"] > 0 and t.hardware.mem_gib > 0 and t.hardware.datasheet
+
+
+def test_a_sweep_of_old_hardware_names_is_rewritten_or_refused_with_the_new_form():
+    from suite.config.compose import OverrideError, overrides
+
+    assert overrides(["hardware=a6000-x4"]) == ["hardware=a6000", "hardware.count=4"]
+    assert overrides(["hardware=a6000-x1,a6000-x4"]) == ["hardware=a6000", "hardware.count=1,4"]
+    assert overrides(["hardware=a6000-x8,h100-sxm-x8"]) == ["hardware=a6000,h100-sxm", "hardware.count=8"]
+    assert overrides(["hardware=cpu-x2-1gb", "model=x"]) == ["hardware=cpu-x2-1gb", "model=x"]
+    with pytest.raises(OverrideError, match="hardware=a6000,h100-sxm hardware.count=1,8"):
+        overrides(["hardware=a6000-x1,h100-sxm-x8"])
 
 
 @pytest.mark.parametrize("experiment", names("experiment"))
@@ -113,7 +125,7 @@ def test_cli_exits_2_listing_every_problem_without_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "suite.cli",
+            "cli.bench",
             *TINY,
             "methods.zero_stage=9",
             "methods.offload=disk",
@@ -136,7 +148,7 @@ def test_cli_exits_2_listing_every_problem_without_traceback(tmp_path):
 def test_cli_unknown_key_or_wrong_type_fails_at_composition(tmp_path):
     for bad in ("methods.zero_stag=1", "methods.micro_batch=two"):
         out = subprocess.run(
-            [sys.executable, "-m", "suite.cli", bad, f"store.dir={tmp_path}"],
+            [sys.executable, "-m", "cli.bench", bad, f"store.dir={tmp_path}"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -151,3 +163,28 @@ def test_trial_id_is_stable_and_ignores_how_it_is_run():
     assert a.id == make_trial(TINY).id
     assert a.id == make_trial(TINY + ["measure.rerun=true", "measure.timeout_s=5"]).id
     assert a.id != make_trial(TINY + ["methods.zero_stage=1"]).id
+
+
+# Trial ids as the suite computed them before conf/hardware held one file per GPU type (each
+# `<gpu>-x<n>` a file of its own): the store keys records by them, so they must not move.
+PINNED_IDS = {
+    "96e5b5c1d9216acd": [],
+    "53da86bdf274b303": ["model=pythia-1b", "hardware=a6000-x4", "methods.zero_stage=1", "methods.micro_batch=16"],
+    "93f0f153952aaacb": ["model=pythia-160m", "hardware=h100-sxm-x8", "methods.engine=fsdp2", "methods.recompute=full"],
+    "be3c1b4c6ee64efc": [
+        "model=tinyllama-1.1b", "hardware=a100-80gb-x8", "cluster.nodes=2", "methods.zero_stage=3",
+        "methods.offload=optimizer+params",
+    ],
+    "b2bb6d450faafbcb": ["model=roberta-cpu", "hardware=cpu-x2-1gb"],
+    "96cacda3d3a39277": ["model=mamba-cpu", "hardware=cpu-x1"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("trial_id", PINNED_IDS)
+def test_trial_ids_do_not_move(trial_id):
+    overrides = PINNED_IDS[trial_id]
+    assert make_trial(overrides).id == trial_id
+    new_form = [o.replace("-x", " hardware.count=").split() if o.startswith("hardware=") else [o] for o in overrides]
+    new_form = [x for o in new_form for x in o]
+    if any("hardware.count=" in o for o in new_form) and "cpu-x2-1gb" not in " ".join(overrides):
+        assert make_trial(new_form).id == trial_id  # hardware=<gpu> hardware.count=N is the same trial

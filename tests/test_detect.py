@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
-from pathlib import Path
 
 import pytest
 from conftest import TINY, make_trial
 
 from suite import detect
-from suite.cli import summary_line
-from suite.config import unsupported
+from suite.config.validate import unsupported
+from suite.record import Record
+from suite.runner import Ran, summary_line
 
 MIB = 1 / 1024  # GiB per MiB
 # Device names as `nvidia-smi --query-gpu=name,memory.total` and torch.cuda.get_device_name print
@@ -60,11 +60,11 @@ def test_real_device_names_map_to_their_own_profile(name, mib, profile):
 
 
 def test_every_gpu_profile_is_found_by_its_own_name_and_has_every_gpu_count():
-    hardware = Path(detect.GPU_DIR).parent / "hardware"
     for profile, (gpu, mem_gib) in detect.gpu_profiles().items():
         assert detect.profile_of(gpu, mem_gib) == profile
-        for n in (1, 2, 4, 8):
-            assert (hardware / f"{profile}-x{n}.yaml").exists(), (profile, n)
+        for n in (1, 2, 4, 8):  # what detection names a machine is a hardware= value that composes
+            t = make_trial([f"hardware={profile}-x{n}"])
+            assert (t.hardware.name, t.hardware.count, t.hardware.gpu) == (f"{profile}-x{n}", n, gpu)
 
 
 def test_a_machine_is_named_by_its_leading_gpus_of_one_profile():
@@ -103,11 +103,15 @@ def test_the_summary_line_warns_of_a_profile_mismatch():
         "peak_mem_gib": 10.0,
         "profile_mismatch": detect.mismatch(t, [("NVIDIA H100 NVL", 93.1)]),
     }
-    line = summary_line({"outcome": "ok", "message": "", "metrics": m, "wall_s": 10.0}, t)
+
+    def line_of(m: dict) -> str:
+        return summary_line(Ran(Record(t.id, "", "ok", "", t.to_dict(), m, 10.0, None)), t)
+
+    line = line_of(m)
     assert "WARNING: ran on NVIDIA H100 NVL, not the NVIDIA H100 80GB HBM3 of hardware=h100-sxm-x1" in line
     assert "profile h100-nvl fits it" in line
     m["profile_mismatch"] = None
-    assert "WARNING" not in summary_line({"outcome": "ok", "message": "", "metrics": m, "wall_s": 10.0}, t)
+    assert "WARNING" not in line_of(m)
 
 
 @pytest.mark.parametrize("capability,why", [((7, 0), "compute capability 8.0 or newer"), ((9, 0), None)])

@@ -15,8 +15,9 @@ import pytest
 from conftest import TINY, TINY_MEMBERS, make_trial, single_rank_env
 
 from suite import metrics, models, worker
-from suite.cli import run_one
-from suite.config import Trial, problems, unsupported
+from suite.config import Trial
+from suite.config.validate import problems, unsupported
+from suite.runner import run_one
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -69,8 +70,8 @@ def test_fsdp2_offload_on_cpu_is_unsupported_without_a_launch(tmp_path):
     t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
     assert problems(t) == []
     assert "accelerator" in unsupported(t)
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "unsupported" and rec["wall_s"] == 0.0
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "unsupported" and rec.wall_s == 0.0
 
 
 # --- the worker's step accounting (the loop itself runs in test_trial.py) -------------------------

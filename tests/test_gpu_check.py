@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from suite import gpu_check
-from suite.config import problems, unsupported
+from suite.config.validate import problems, unsupported
+from suite.record import Record
 
 
 def test_without_a_gpu_the_check_exits_3_and_says_so(tmp_path):
@@ -25,7 +26,7 @@ def test_without_a_gpu_the_check_exits_3_and_says_so(tmp_path):
 
 
 def test_every_planned_trial_is_valid_on_an_h200_and_the_first_ones_matter_most():
-    base = gpu_check.base_trial("h200-x1")
+    base = gpu_check.base_trial("h200")
     checks = gpu_check.plan()
     names = [c.name for c in checks]
     assert len(names) == len(set(names)) == 20  # 16 of the grid, oom, offload, flash, compile
@@ -52,14 +53,14 @@ def test_every_planned_trial_is_valid_on_an_h200_and_the_first_ones_matter_most(
 
 
 def test_the_predictor_answers_through_its_interface():
-    t = gpu_check.base_trial("h200-x1")  # the check's own trial, predicted from the H200's datasheet
+    t = gpu_check.base_trial("h200")  # the check's own trial, predicted from the H200's datasheet
     gib = gpu_check.predicted_gib(t)
     assert gib is not None and 0 < gib < t.hardware.mem_gib
 
 
 def record(outcome="ok", message="", **metrics):
     base = {"mfu": 0.41, "hfu": 0.41, "peak_mem_gib": 20.0, "skipped_steps_discarded": 0, "first_loss": 10.9}
-    return {"outcome": outcome, "message": message, "wall_s": 14.0, "metrics": {**base, **metrics}}
+    return Record("t", "gpu-check", outcome, message, {}, {**base, **metrics}, 14.0, None)
 
 
 def test_verdicts_pass_plausible_figures_and_name_what_fails():
@@ -74,7 +75,7 @@ def test_verdicts_pass_plausible_figures_and_name_what_fails():
     assert row.verdicts["first_loss"] == "FAIL: 40.8000 against ZeRO-0's 10.9000"
     assert row.verdicts["memory"] == "FAIL: predicted/measured 2.00"
     unknown = record()
-    del unknown["metrics"]["skipped_steps_discarded"]
+    del unknown.metrics["skipped_steps_discarded"]
     assert gpu_check.judge(z0, unknown, records, 20.0).verdicts["skipped"].startswith("FAIL: no count")
     rc = checks["bf16 zero=0 recompute=full"]
     assert gpu_check.judge(rc, record(mfu=0.15, hfu=0.21), records, 20.0).verdicts == {

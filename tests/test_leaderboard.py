@@ -26,14 +26,15 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from analysis.cli import main as report_main
 from analysis.estimates import add_estimates
 from analysis.load import load_results
-from analysis.prices import gpu_profile, load_prices
+from analysis.prices import load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
+from cli.report import main as report_main
 from leaderboard.callback import WriteLeaderboard
 from leaderboard.render import script_json, write_leaderboard
 from suite.config import Trial
+from suite.config.compose import gpu_profiles
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 REPEATS = Path(__file__).parent / "fixtures" / "repeats"
@@ -58,7 +59,7 @@ GPU_BUDGETS = {
 def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
     """A copy of a real record with only its identity changed: hardware, model name, trial id."""
     rec = copy.deepcopy(rec)
-    rec["trial"]["hardware"].update(gpu_profile(gpu), name=f"{gpu}-x{count}", count=count)
+    rec["trial"]["hardware"].update(gpu_profiles()[gpu], name=f"{gpu}-x{count}", count=count)
     rec["trial"]["model"]["name"] = model
     rec["trial_id"] = Trial.from_dict(rec["trial"]).id
     return rec
@@ -121,7 +122,7 @@ def predicted_page(results, tmp_path_factory) -> Path:
     asked = [tiny_predict(PREDICTED_BUDGET), tiny_predict(PREDICTED_BUDGET, "hardware.mem_gib=0.01")]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SUITE_CACHE_DIR", str(base / "cache"))
-        mp.setattr("suite.predict.ACCURACY_DIR", base / "no-accuracy")
+        mp.setattr("suite.paths.accuracy_dir", lambda: base / "no-accuracy")
         assert (
             report_main(["leaderboard", str(results), "-o", str(out), *(a for v in asked for a in ("--predict", v))])
             == 0

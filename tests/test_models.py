@@ -23,11 +23,12 @@ from conftest import CPU_RUN, TINY, TINY_MEMBERS, make_trial
 from torch.utils.flop_counter import FlopCounterMode
 
 from analysis.load import recipe_label, row
-from suite import launch, methods, models
-from suite.cli import CONF_DIR, describe, run_one, summary_line
-from suite.config import problems
+from suite import launch, methods, models, paths
+from suite.config.validate import problems
+from suite.labels import describe
+from suite.runner import run_one, summary_line
 
-ROOT = Path(CONF_DIR).parent
+ROOT = paths.CHECKOUT
 # A tiny Qwen2-shaped config.json as a researcher brings it (the suite ships no Qwen2),
 # with the metadata keys transformers writes.
 QWEN2 = {
@@ -77,11 +78,11 @@ def test_attention_free_models_run_none_whatever_is_asked():
     for member in ("mamba", "convnext"):
         for asked in ("sdpa", "eager", "flash_attention_2"):
             t = make_trial(TINY_MEMBERS[member] + [f"methods.attention={asked}", "methods.precision=bf16"])
-            assert t.attention == "none" and problems(t) == [], (member, asked)
+            assert models.attention(t) == "none" and problems(t) == [], (member, asked)
             assert "attn=none" in describe(t)
     t = make_trial(["model=mamba-2.8b", "hardware=h100-sxm-x4"])  # the default sdpa, on a GPU budget
-    assert problems(t) == [] and t.attention == "none"
-    assert make_trial(TINY_MEMBERS["image-classification"]).attention == "sdpa"  # ViT has attention
+    assert problems(t) == [] and models.attention(t) == "none"
+    assert models.attention(make_trial(TINY_MEMBERS["image-classification"])) == "sdpa"  # ViT has attention
 
 
 def test_recipe_precision_on_cpu_is_fp32_and_the_first_command_is_valid():
@@ -201,7 +202,7 @@ def test_own_yaml_through_config_dir_composes(tmp_path):
             """
         )
     )
-    out = run_cli("-m", "suite.cli", "--config-dir", str(tmp_path), "model=my-llama", "--cfg", "job")
+    out = run_cli("-m", "cli.bench", "--config-dir", str(tmp_path), "model=my-llama", "--cfg", "job")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "model_type: llama" in out.stdout and "num_key_value_heads: 2" in out.stdout
 
@@ -286,7 +287,7 @@ def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp
 # --- newcomer papercuts ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module,name", [("suite.cli", "suite-bench"), ("suite.search", "suite-search")])
+@pytest.mark.parametrize("module,name", [("cli.bench", "suite-bench"), ("cli.search", "suite-search")])
 def test_help_shows_the_suites_usage_groups_and_examples(module, name):
     out = run_cli("-m", module, "--help")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -296,7 +297,8 @@ def test_help_shows_the_suites_usage_groups_and_examples(module, name):
 
 
 def test_the_project_cites_papers_not_files_outside_it():
-    files = [ROOT / "README.md", *ROOT.glob("conf/**/*.yaml"), *ROOT.glob("suite/*.py"), *ROOT.glob("analysis/*.py")]
+    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("conf/**/*.yaml")]
+    files += [*ROOT.glob("suite/**/*.py"), *ROOT.glob("analysis/*.py"), *ROOT.glob("cli/*.py")]
     cited = [str(f.relative_to(ROOT)) for f in files if re.search(r"seed-paper\.md|shared/", f.read_text())]
     assert cited == []
 
@@ -319,26 +321,28 @@ def zero3(tmp_path_factory):
     out = {}
     for member in MEMBERS:
         t = make_trial(TINY_MEMBERS[member] + ["methods.zero_stage=3"])
-        out[member] = (t, run_one(t, str(d), "test", in_sweep=True))
+        out[member] = (t, run_one(t, str(d), "test", in_sweep=True))  # a Ran: its record, how it came
     return out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("member", MEMBERS)
 def test_each_member_trains_under_zero3_across_two_processes(zero3, member):
-    t, rec = zero3[member]
-    assert rec["outcome"] == "ok", rec["message"]
-    m = rec["metrics"]
+    t, ran = zero3[member]
+    rec = ran.record
+    assert rec.outcome == "ok", rec.message
+    m = rec.metrics
     assert m["optimizer_wrapper"] == "DeepSpeedZeroOptimizer_Stage3" and len(m["memory_per_rank"]) == 2
     assert all(math.isfinite(x) for x in m["loss_per_step"])
-    assert (m["precision"], m["attention"]) == ("fp32", t.attention)
+    assert (m["precision"], m["attention"]) == ("fp32", models.attention(t))
     assert m["tokens_per_step"] == t.model.recipe.global_batch * t.tokens_per_sample
     flops, _ = models.count_flops(t.model, t.methods.attention, "none")
     assert m["model_flops_per_token"] == pytest.approx(flops / t.tokens_per_sample)
     expected = "slow (PyTorch reference; causal-conv1d, mamba-ssm not installed)" if member == "mamba" else None
     assert m.get("kernel_path") == expected
     if expected:  # the one-line summary and the tables' configuration label say which path was timed
-        assert f"kernels {expected}" in summary_line(rec, t) and expected in row(rec, Path("x.json"))["config"]
+        assert f"kernels {expected}" in summary_line(ran, t)
+        assert expected in row(rec.to_json(), Path("x.json"))["config"]
 
 
 @pytest.mark.slow
@@ -347,7 +351,7 @@ def test_own_config_json_of_an_unshipped_architecture_runs_from_the_cli(tmp_path
     store = tmp_path / "store"
     out = run_cli(
         "-m",
-        "suite.cli",
+        "cli.bench",
         "model=hf",
         f"model.hf_config={tmp_path / 'qwen-tiny.json'}",
         "model.task=causal-lm",

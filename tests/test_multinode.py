@@ -14,9 +14,9 @@ import sys
 import pytest
 from conftest import TINY, make_trial
 
-from suite.cli import run_one
-from suite.config import problems
+from suite.config.validate import problems
 from suite.launch import free_port
+from suite.runner import run_one
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("submitit", reason="hydra-submitit-launcher is not installed (pip install -e '.[slurm]')")
@@ -39,7 +39,7 @@ def agents(tmp_path, *extra: str) -> list[subprocess.Popen]:
             MASTER_PORT=port,
             OMP_NUM_THREADS="1",  # as the one-node trial's two ranks get on two cores
         )
-        cmd = [sys.executable, "-m", "suite.cli", *TINY, "hardware=cpu-x1", "cluster.nodes=2", f"store.dir={tmp_path}"]
+        cmd = [sys.executable, "-m", "cli.bench", *TINY, "hardware=cpu-x1", "cluster.nodes=2", f"store.dir={tmp_path}"]
         out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(subprocess.Popen([*cmd, *extra], env=env, **out))
     return procs
@@ -61,8 +61,8 @@ def test_the_global_batch_is_split_over_every_node():
 
 
 def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
-    one = run_one(make_trial(TINY), str(tmp_path / "one"), "test", in_sweep=True)
-    assert one["outcome"] == "ok", one["message"]
+    one = run_one(make_trial(TINY), str(tmp_path / "one"), "test", in_sweep=True).record
+    assert one.outcome == "ok", one.message
     procs = agents(tmp_path / "two", "measure.repeats=2")  # node 1 joins each of node 0's runs
     (rc0, out0), (rc1, out1) = finish(procs)
     assert rc0 == 0 and rc1 == 0, out0[-2000:] + out1[-2000:]
@@ -72,11 +72,11 @@ def test_two_agents_on_localhost_give_the_loss_of_the_one_node_trial(tmp_path):
     two = json.loads(files[0].read_text())
     assert two["outcome"] == "ok" and two["trial"]["nodes"] == 2
     m = two["metrics"]
-    assert len(m["memory_per_rank"]) == 2 and m["gas"] == one["metrics"]["gas"] == 2
+    assert len(m["memory_per_rank"]) == 2 and m["gas"] == one.metrics["gas"] == 2
     # Same global batch, same data per global rank, same initial weights: the same training, in each run.
     assert len(two["runs"]) == m["runs"] == 2
     for run in two["runs"]:
-        assert run["metrics"]["loss_per_step"] == pytest.approx(one["metrics"]["loss_per_step"], rel=1e-5)
+        assert run["metrics"]["loss_per_step"] == pytest.approx(one.metrics["loss_per_step"], rel=1e-5)
 
 
 def test_an_oom_on_node_1_is_recorded_by_node_0_as_oom_naming_that_rank(tmp_path):
@@ -101,7 +101,7 @@ def test_a_rank_killed_on_node_1_is_the_root_cause_node_0_records(tmp_path):
 
 def test_a_multi_node_trial_outside_slurm_says_how_to_run_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    cmd = [sys.executable, "-m", "suite.cli", *TINY, "cluster.nodes=2", f"store.dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "cli.bench", *TINY, "cluster.nodes=2", f"store.dir={tmp_path}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "cluster.nodes=2 but this is not a Slurm job" in out.stderr

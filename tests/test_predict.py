@@ -296,13 +296,13 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
     """A GPU budget is predicted from its datasheet on a machine without one; every figure is
     labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
-    from analysis import predicted
+    from cli import predict
     from tests.conftest import TINY
 
-    monkeypatch.setattr(predicted, "OUT_DIR", tmp_path)
-    monkeypatch.setattr("suite.predict.ACCURACY_DIR", tmp_path / "none")
+    monkeypatch.setattr(predict, "OUT_DIR", tmp_path)
+    monkeypatch.setattr("suite.paths.accuracy_dir", lambda: tmp_path / "none")
     model = [o for o in TINY if o.startswith("model")]
-    assert predicted.main([*model, "hardware=a100-40gb-x1"]) == 0
+    assert predict.main([*model, "hardware=a100-40gb", "hardware.count=1"]) == 0
     out = capsys.readouterr().out
     assert "PREDICTED, not measured: pythia-14m on a100-40gb-x1" in out
     assert "not yet measured (no GPU trial scored)" in out
@@ -310,24 +310,25 @@ def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatc
     assert rows and all(" yes " in r or " no " in r for r in rows)
     assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
     assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
-    monkeypatch.setattr(predicted, "hardware_names", lambda: ["a6000-x4", "cpu-x2", "h100-sxm-x8", "v100-x1"])
-    assert predicted.main([*model, "hardware=all"]) == 0
+    assert len(predict.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
+    few = [["hardware=a6000", "hardware.count=4"], ["hardware=h100-sxm", "hardware.count=8"], ["hardware=v100-x1"]]
+    monkeypatch.setattr(predict, "budgets", lambda overrides: few if "hardware=all" in overrides else [[]])
+    assert predict.main([*model, "hardware=all"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("a6000-x4", "h100-sxm-x8", "v100-x1")) and "cpu-x2" not in out
-    assert predicted.main([*model, "hardware=nonsense"]) == 2
+    assert predict.main([*model, "hardware=nonsense"]) == 2
 
 
 def test_gpu_datasheet_profiles_are_complete():
     """Every GPU profile carries the bandwidths and overheads the predictor needs."""
+    from suite.config.compose import gpu_profiles
     from tests.conftest import make_trial
 
-    for path in sorted((Path(__file__).parents[1] / "conf" / "hardware").glob("*.yaml")):
-        t = make_trial([f"hardware={path.stem}"])
-        if t.hardware.device != "cuda":
-            continue
+    for gpu in gpu_profiles():
+        t = make_trial([f"hardware={gpu}"])
         m = datasheet(t)
-        assert m.memory_bps > 0 and m.host_bps > 0 and m.collectives["all_reduce"][1] > 0, path.stem
-        assert all(v[0] >= 0 and v[1] for v in m.overhead.values()), path.stem
+        assert m.memory_bps > 0 and m.host_bps > 0 and m.collectives["all_reduce"][1] > 0, gpu
+        assert all(v[0] >= 0 and v[1] for v in m.overhead.values()), gpu
 
 
 # --- Slow: a real quick calibration, real tiny trials, the accuracy report from real records.
@@ -337,7 +338,7 @@ def test_gpu_datasheet_profiles_are_complete():
 def calibrated(tmp_path_factory):
     """A quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
     minimal real trial), shared by the slow tests of this module."""
-    from suite.predict.calibrate import calibrate
+    from suite.calibrate import calibrate
     from tests.conftest import TINY, make_trial
 
     folder = tmp_path_factory.mktemp("calibrated")
@@ -397,8 +398,9 @@ def test_predicts_memory_and_oom_of_real_tiny_trials(calibrated, monkeypatch, ti
 
     probe = load_calibration("cpu-x2").probe_flops
     assert probe > 0 and fit.metrics["probe_flops"] > 0
-    rec = {"trial_id": "fit", "_file": "fit", "outcome": "ok", "metrics": fit.metrics, "trial": fit_trial.to_dict()}
-    row = score([rec]).iloc[0]
+    from suite.record import Record
+
+    row = score([(Record.new(fit_trial, "test", "ok", "", fit.metrics, fit.wall_s), "fit")]).iloc[0]
     assert row.speed_ratio == pytest.approx(fit.metrics["probe_flops"] / probe)
     at_speed = 100 * (row.pred_step_time_s / row.speed_ratio / fit.metrics["step_time_s"] - 1)
     assert row.step_time_at_speed_err_pct == pytest.approx(at_speed)
@@ -414,18 +416,18 @@ def test_accuracy_report_from_the_committed_records(calibrated, monkeypatch, tmp
     calibration: the records' host is not this one), and the summary is written; the records
     of cpu-x1, never calibrated here, are listed as not predicted, with the reason. Half the
     records are of the current schema (as the store writes them), half single-run ones."""
-    from analysis.cli import main
-    from suite import store
+    from cli.report import main
+    from suite import record
 
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(calibrated))
     accuracy = tmp_path / "accuracy"
-    monkeypatch.setattr("suite.predict.ACCURACY_DIR", accuracy)
+    monkeypatch.setattr("suite.paths.publish_dir", lambda: accuracy)
     results = tmp_path / "results"
     shutil.copytree(FIXTURES, results)
     for f in sorted(results.rglob("*.json"))[::2]:
         rec = json.loads(f.read_text())
-        if rec.get("schema") == store.SINGLE_RUN_SCHEMA:
-            f.write_text(json.dumps(store.upgrade(rec)))
+        if rec.get("schema") == record.SINGLE_RUN_SCHEMA:
+            f.write_text(json.dumps(record.Record.from_json(rec).to_json()))
     assert main(["accuracy", str(results), "--out", str(tmp_path / "out"), "--publish"]) == 0
     out = capsys.readouterr().out
     assert "Prediction accuracy on 20 cpu record(s)" in out

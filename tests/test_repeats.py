@@ -16,9 +16,11 @@ import psutil
 import pytest
 from conftest import TINY, make_trial
 
-from suite import stats, store
-from suite.cli import wants_run
-from suite.config import Trial, problems
+from suite import record, stats, store
+from suite.config import Trial
+from suite.config.validate import problems
+from suite.record import Record, add_run
+from suite.runner import wants_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -107,23 +109,23 @@ def fixture_record(outcome: str = "ok") -> dict:
     return next(r for p in sorted(FIXTURES.glob("*.json")) if (r := json.loads(p.read_text()))["outcome"] == outcome)
 
 
-def runs_of(times: list[float]) -> tuple[dict, dict]:
+def runs_of(times: list[float]) -> tuple[Record, dict]:
     """A record of runs of a real fixture trial at these step times (its real metrics otherwise)."""
     old = fixture_record()
     t = Trial.from_dict(old["trial"])
     rec = None
     for k, x in enumerate(times):
         m = dict(old["metrics"], step_time_s=x, step_time_std_s=0.01 * (k + 1), peak_mem_gib=0.4 + 0.01 * k)
-        rec = store.with_run(rec, t, "test", "ok", "", m, 10.0 + k)
+        rec = add_run(rec, t, "test", "ok", "", m, 10.0 + k)
     return rec, old
 
 
 def test_a_record_keeps_every_run_and_summarises_them_by_hand():
     rec, old = runs_of([1.0, 1.2, 0.9, 1.1, 1.05])
-    m = rec["metrics"]
-    assert rec["schema"] == store.SCHEMA and rec["outcome"] == "ok" and len(rec["runs"]) == 5
-    assert [r["metrics"]["step_time_s"] for r in rec["runs"]] == [1.0, 1.2, 0.9, 1.1, 1.05]
-    assert all(r["provenance"]["date"] and r["wall_s"] for r in rec["runs"])
+    m = rec.metrics
+    assert rec.schema == record.SCHEMA and rec.outcome == "ok" and len(rec.runs) == 5
+    assert rec.step_times() == [1.0, 1.2, 0.9, 1.1, 1.05]
+    assert all(r.provenance["date"] and r.wall_s for r in rec.runs)
     assert m["step_time_s"] == 1.05 and m["runs"] == 5
     assert (m["step_time_ci_lo_s"], m["step_time_ci_hi_s"], m["step_time_ci_level"]) == (0.9, 1.2, 0.9375)
     assert m["step_time_between_std_s"] == pytest.approx(math.sqrt(0.05 / 4))  # squares about 1.05 sum to 0.05
@@ -131,40 +133,41 @@ def test_a_record_keeps_every_run_and_summarises_them_by_hand():
     assert "step_time_std_s" not in m  # within a run: only under its own name
     assert m["peak_mem_gib"] == pytest.approx(0.44)  # memory: the largest of the runs
     assert m["tokens_per_s"] == pytest.approx(old["metrics"]["tokens_per_step"] / 1.05)  # at the median
-    assert rec["wall_s"] == sum(10.0 + k for k in range(5))
-    assert store.interval(rec) == stats.Interval(0.9, 1.2, 0.9375, 5)
+    assert rec.wall_s == sum(10.0 + k for k in range(5))
+    assert rec.interval == stats.Interval(0.9, 1.2, 0.9375, 5)
+    assert Record.from_json(json.loads(json.dumps(rec.to_json()))) == rec  # its JSON holds all of it
 
 
 def test_a_run_that_fails_gives_the_trial_its_outcome():
     rec, _ = runs_of([1.0, 1.1])
-    t = Trial.from_dict(rec["trial"])
-    oom = store.with_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
-    assert oom["outcome"] == "oom" and oom["metrics"] == {} and len(oom["runs"]) == 3
-    assert oom["message"] == (
+    t = rec.spec
+    oom = rec.with_run(t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
+    assert oom.outcome == "oom" and oom.metrics == {} and len(oom.runs) == 3
+    assert oom.message == (
         "fits only sometimes: run 3 ended oom after 2 ok run(s) (1.000, 1.100 s/step): rank 0: MemoryError"
     )
     assert not wants_run(oom, make_trial(TINY + ["measure.repeats=5"]))  # decided: not measured again
-    crashed = store.with_run(rec, t, "test", "crashed", "rank 1 killed by SIGKILL", {}, 3.0)
-    assert crashed["outcome"] == "crashed"
-    again = store.without(crashed, ("crashed",))  # a crashed run is run again; the good ones stay
-    assert again["outcome"] == "ok" and again["metrics"]["runs"] == 2 and again["runs"] == rec["runs"]
-    first = store.record(t, "test", "crashed", "boom", {}, 1.0)
-    assert store.without(first, ("crashed",)) is None
+    crashed = rec.with_run(t, "test", "crashed", "rank 1 killed by SIGKILL", {}, 3.0)
+    assert crashed.outcome == "crashed"
+    again = crashed.without(("crashed",))  # a crashed run is run again; the good ones stay
+    assert again.outcome == "ok" and again.n_runs == 2 and again.runs == rec.runs
+    first = Record.new(t, "test", "crashed", "boom", {}, 1.0)
+    assert first.without(("crashed",)) is None
 
 
 def test_a_single_run_record_of_before_loads_as_a_single_run(tmp_path):
     old = fixture_record()
     (tmp_path / f"{old['trial_id']}.json").write_text(json.dumps(old))
     rec = store.load(tmp_path, old["trial_id"])
-    assert rec["schema"] == store.SCHEMA and len(rec["runs"]) == 1 and rec["runs"][0]["metrics"] == old["metrics"]
-    m = rec["metrics"]
+    assert rec.schema == record.SCHEMA and len(rec.runs) == 1 and rec.runs[0].metrics == old["metrics"]
+    m = rec.metrics
     assert m["step_time_s"] == old["metrics"]["step_time_s"] and m["runs"] == 1
     assert m["step_time_ci_lo_s"] == m["step_time_ci_hi_s"] == m["step_time_s"] and m["step_time_ci_level"] == 0.0
     assert m["step_time_within_std_s"] == old["metrics"]["step_time_std_s"] and m["step_time_between_std_s"] is None
-    assert rec["provenance"] == old["provenance"] and rec["wall_s"] == old["wall_s"]
+    assert rec.provenance == old["provenance"] and rec.wall_s == old["wall_s"]
     invalid = fixture_record("invalid")
-    up = store.upgrade(invalid)
-    assert up["runs"] == [] and up["outcome"] == "invalid" and up["message"] == invalid["message"]
+    up = Record.from_json(invalid)
+    assert up.runs == [] and up.outcome == "invalid" and up.message == invalid["message"]
 
 
 def test_how_many_runs_a_trial_wants():
@@ -203,7 +206,7 @@ def test_a_repeated_trial_killed_mid_run_resumes_into_one_record_of_every_run(tm
     how = ["measure.repeats=3", "measure.timeout_s=600"]  # a loaded machine may start workers slowly
     t = make_trial(TINY + how)
     path = store.path_for(tmp_path, t.id)
-    cmd = [sys.executable, "-m", "suite.cli", *TINY, *how, "wandb.mode=disabled", f"store.dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "cli.bench", *TINY, *how, "wandb.mode=disabled", f"store.dir={tmp_path}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while not path.exists() and time.monotonic() < deadline:

@@ -17,14 +17,17 @@ import psutil
 import pytest
 from conftest import CPU_RECIPE, TINY, make_trial
 
-from suite import store, tracking
-from suite.cli import sweep_size
+from cli.bench import sweep_size
+from cli.search import summary
+from suite import paths, record, store, tracking
 from suite.config import SearchConfig, Trial
+from suite.labels import methods_label
 from suite.predict import Estimate, Predictor
 from suite.progress import Progress
+from suite.record import Record, add_run
+from suite.runner import Ran
 from suite.search import (
     SearchReport,
-    combo_name,
     confirm,
     divisors,
     log_of,
@@ -34,11 +37,9 @@ from suite.search import (
     search,
     search_problems,
     side_by_side,
-    summary,
     with_measure,
     with_methods,
 )
-from suite.search import runs as runs_of
 
 
 def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
@@ -46,20 +47,20 @@ def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
     step_s(t) + run_s(t, k) seconds per step (run_s None: that run is out of memory). It keeps
     its records with the store's own functions, and a trial asked with measure.repeats=n gets
     runs until it has n."""
-    kept: dict[str, dict] = {}
+    kept: dict[str, Record] = {}
 
-    def run(t: Trial) -> dict:
+    def run(t: Trial) -> Ran:
         calls.append(t.methods.micro_batch)
         rec, fresh = kept.get(t.id), 0
-        while rec is None or (rec["outcome"] == "ok" and rec["metrics"]["runs"] < t.measure.repeats):
-            k = len(rec["runs"]) if rec else 0
+        while rec is None or (rec.ok and rec.n_runs < t.measure.repeats):
+            k = len(rec.runs) if rec else 0
             extra = run_s(t, k)  # None: this run runs out of memory
             ok = t.methods.micro_batch <= limit and extra is not None
-            metrics = figures(step_s(t) + extra) if ok else {}
-            rec = store.with_run(rec, t, "test", "ok" if ok else "oom", "", metrics, 1.0)
+            ran = ("ok" if ok else "oom", "", figures(step_s(t) + extra) if ok else {}, 1.0)
+            rec = add_run(rec, t, "test", *ran)
             fresh += 1
         kept[t.id] = rec
-        return {**rec, "_fresh_runs": fresh}
+        return Ran(rec, fresh)
 
     return run
 
@@ -131,9 +132,9 @@ def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
         pred_error=0.0,
     )  # fmt: skip
     report = search(base, cfg, run, FixedEstimator(lambda t: truth[t.methods.zero_stage]), log=lambda *_: None)
-    assert report.best["trial"]["methods"]["zero_stage"] == 0
+    assert report.best.spec.methods.zero_stage == 0
     assert "no remaining combination can beat" in report.stopped
-    assert {r["trial"]["methods"]["zero_stage"] for r in report.records} == {0}
+    assert {r.spec.methods.zero_stage for r in report.records} == {0}
 
 
 def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
@@ -160,9 +161,9 @@ def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
 def test_a_crash_is_not_a_size_limit_the_combination_is_set_aside(tiny):
     calls = []
 
-    def crashing(t: Trial) -> dict:
+    def crashing(t: Trial) -> Ran:
         calls.append(t.methods.micro_batch)
-        return store.record(t, "test", "crashed", "boom", {}, 1.0) | {"_fresh_runs": 1}
+        return Ran(Record.new(t, "test", "crashed", "boom", {}, 1.0), 1)
 
     cfg = SearchConfig(engines=["deepspeed"], zero_stages=[0, 1], offloads=["none"], recomputes=["none"])
     report = search(tiny("hardware.mem_gib=1"), cfg, crashing, FixedEstimator(lambda t: 1.0), log=lambda *_: None)
@@ -181,8 +182,8 @@ def by_stage(runs: dict[int, list[float | None]]):
     return lambda t, k: runs[t.methods.zero_stage][min(k, len(runs[t.methods.zero_stage]) - 1)]
 
 
-def stage(rec: dict) -> int:
-    return rec["trial"]["methods"]["zero_stage"]
+def stage(rec: Record) -> int:
+    return rec.spec.methods.zero_stage
 
 
 def test_a_lucky_single_run_neither_ends_the_search_nor_wins_it(tiny):
@@ -200,15 +201,15 @@ def test_a_lucky_single_run_neither_ends_the_search_nor_wins_it(tiny):
             pred_error=0.05, refine_ties=refine,
         )  # fmt: skip
         report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, run, predicted, **QUIET)
-        assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(0.96)
+        assert stage(report.best) == 1 and report.best.step_time_s == pytest.approx(0.96)
         assert "no remaining combination can beat" in report.stopped
         assert {stage(r) for r in report.records} == {0, 1}  # ZeRO-2/3 predicted twice as slow: not measured
         # ZeRO-0's interval holds its lucky run, so the two stay tied however many runs they get:
         # by default that is seen at 3 runs each; refined, they are measured to the cap for nothing.
         zero0 = next(r for r in report.records if stage(r) == 0)
-        assert store.interval(zero0).lo == 0.90 and store.interval(zero0).overlaps(store.interval(report.best))
+        assert zero0.interval.lo == 0.90 and zero0.interval.overlaps(report.best.interval)
         n = 6 if refine else 3
-        assert report.tied() == [zero0] and zero0["metrics"]["runs"] == report.best["metrics"]["runs"] == n
+        assert report.tied() == [zero0] and zero0.n_runs == report.best.n_runs == n
         assert ("still tied" if refine else "no number of runs up to 6 each can undo") in report.confirmed
         assert report.launched == 2 * n == len(calls) and report.trial_s == 2.0 * n
 
@@ -229,7 +230,7 @@ def test_one_slow_run_of_the_best_does_not_keep_the_search_exploring(tiny):
     report = search(tiny("hardware.mem_gib=1", ONE_MB), cfg, scripted(1, lambda t: 0.0, calls, by_stage(runs)),
                     predicted, **QUIET)  # fmt: skip
     assert {stage(r) for r in report.records} == {0} and report.launched == 3 == len(calls)
-    assert store.interval(report.best).hi == 1.40 and report.best["metrics"]["step_time_s"] == 1.01
+    assert report.best.interval.hi == 1.40 and report.best.step_time_s == 1.01
     assert "can beat 1.010 s/step (median of 3 runs)" in report.stopped
     assert "the next is predicted at 1.131 s" in report.stopped  # 1.12 x the calibration 1.01/1.0
 
@@ -251,10 +252,9 @@ def test_the_stop_rule_allows_for_the_predictors_own_error(tiny, tmp_path, monke
         assert f"even {err:.0%} faster than predicted" in report.stopped
     assert found == {0.0: (0, {0}), 0.10: (1, {0, 1})}
     # By default the error is the one published for this kind of device, 10% where there is none.
-    from suite import predict
     from suite.search import prediction_error
 
-    monkeypatch.setattr(predict, "ACCURACY_DIR", tmp_path)
+    monkeypatch.setattr(paths, "accuracy_dir", lambda: tmp_path)
     assert prediction_error(tiny(), SearchConfig()) == (0.10, "no cpu accuracy published: 10% assumed")
     (tmp_path / "cpu.json").write_text(json.dumps({"step_time_err_pct": {"n": 40, "median": 12.5}}))
     err, why = prediction_error(tiny(), SearchConfig())
@@ -279,7 +279,7 @@ def test_confirmation_separates_close_rivals_and_leaves_far_ones_alone(tiny):
             t = with_methods(tiny("hardware.mem_gib=1", ONE_MB), zero_stage=z, micro_batch=1)
             report.add(t, run(t))
         confirm(report, SearchConfig(min_runs=3, max_runs=6, **settings), run, **QUIET)
-        return report, {stage(r): r["metrics"]["runs"] for r in report.records}
+        return report, {stage(r): r.n_runs for r in report.records}
 
     # By default ZeRO-3 (1.005, inside ZeRO-0's [0.99, 1.01]) gets the 3 runs the best one has,
     # and is then settled: tied at any number of runs up to 6. ZeRO-1's (1.02) is outside: it
@@ -291,13 +291,13 @@ def test_confirmation_separates_close_rivals_and_leaves_far_ones_alone(tiny):
     assert got == {0: 6, 1: 3, 2: 1, 3: 6}  # 1 separated at 3 runs; 2 never re-measured; 0 and 3 to the cap
     assert stage(report.best) in (0, 3) and [stage(r) for r in report.tied()] == [3 - stage(report.best)]
     zero1 = next(r for r in report.records if stage(r) == 1)
-    assert store.interval(zero1).lo > store.interval(report.best).hi  # separated: [1.02, 1.06] above [0.99, 1.01]
-    assert store.interval(report.best).level == pytest.approx(1 - 2 / 2**6)
+    assert zero1.interval.lo > report.best.interval.hi  # separated: [1.02, 1.06] above [0.99, 1.01]
+    assert report.best.interval.level == pytest.approx(1 - 2 / 2**6)
     text = summary(tiny(ONE_MB), report)
     assert "median of 6 runs; 96.9% interval 0.990-1.010 s" in text
-    assert "tied with the best (their intervals overlap" in text and "zero1" not in text.split("tied with")[1]
+    assert "tied with the best (their intervals overlap" in text and "ZeRO-1" not in text.split("tied with")[1]
     log = log_of(tiny(ONE_MB), report)
-    assert log["tied"] == [r["trial_id"] for r in report.tied()] and log["best_interval"]["level"] > 0.95
+    assert log["tied"] == [r.trial_id for r in report.tied()] and log["best_interval"]["level"] > 0.95
     assert log["best_interval"]["lo"] == 0.99 and log["best_interval"]["n"] == 6
 
 
@@ -309,9 +309,9 @@ def test_a_rival_measured_once_in_a_slow_spell_is_compared_with_the_best_run_bes
     # and ZeRO-0 wins. Beside ZeRO-0's run of the same minute it was 1.4% slower, within the 3%
     # margin: it is measured again, in the fast spell, and wins.
     clock = iter([0, 30, *range(600, 10_000, 60)])  # ZeRO-0, ZeRO-1 a minute apart, the rest later
-    real = store.provenance
+    real = record.provenance
     monkeypatch.setattr(
-        store, "provenance", lambda device: {**real(device), "date": datetime.fromtimestamp(next(clock)).isoformat()}
+        record, "provenance", lambda device: {**real(device), "date": datetime.fromtimestamp(next(clock)).isoformat()}
     )
     runs = {0: [1.40, 1.02, 1.03, 1.03, 1.02, 1.03], 1: [1.42, 1.00, 1.00, 1.01, 1.00, 1.00]}
 
@@ -329,14 +329,14 @@ def test_a_rival_measured_once_in_a_slow_spell_is_compared_with_the_best_run_bes
     assert side_by_side(zero1, more) == pytest.approx(1.42 / 1.40)
     # ZeRO-0's two fast runs, then the rule with and without the run beside it:
     cfg = SearchConfig(min_runs=3, max_runs=6)
-    while runs_of(more := report.best) < 3:
+    while (more := report.best).n_runs < 3:
         more_runs(report, more, run)
     zero1 = next(r for r in report.records if stage(r) == 1)
-    assert not store.interval(zero1).overlaps(store.interval(report.best))
+    assert not zero1.interval.overlaps(report.best.interval)
     assert may_tie(zero1, report.best, cfg) and not may_tie(zero1, report.best, SearchConfig(margin=0.01))
     confirm(report, cfg, run, **QUIET)
-    assert stage(report.best) == 1 and report.best["metrics"]["step_time_s"] == pytest.approx(1.00)
-    assert runs_of(report.best) == 3 and [stage(r) for r in report.tied()] == [0]  # ZeRO-0's slow run
+    assert stage(report.best) == 1 and report.best.step_time_s == pytest.approx(1.00)
+    assert report.best.n_runs == 3 and [stage(r) for r in report.tied()] == [0]  # ZeRO-0's slow run
     assert "no number of runs up to 6 each can undo" in report.confirmed and len(calls) == 6
 
 
@@ -349,8 +349,8 @@ def test_a_configuration_that_fits_only_sometimes_drops_out(tiny):
         report.add(t, run(t))
     confirm(report, SearchConfig(min_runs=3, max_runs=6), run, **QUIET)
     zero0 = next(r for r in report.records if stage(r) == 0)
-    assert zero0["outcome"] == "oom" and zero0["metrics"] == {} and len(zero0["runs"]) == 3
-    assert zero0["message"].startswith("fits only sometimes: run 3 ended oom after 2 ok run(s)")
+    assert zero0.outcome == "oom" and zero0.metrics == {} and len(zero0.runs) == 3
+    assert zero0.message.startswith("fits only sometimes: run 3 ended oom after 2 ok run(s)")
     assert stage(report.best) == 1 and report.tied() == []
     assert "separated" in report.confirmed
 
@@ -371,18 +371,18 @@ def test_the_search_covers_both_engines_and_asks_the_predictor_in_seconds():
         ("deepspeed", 0, None), ("deepspeed", 1, None), ("deepspeed", 2, None), ("deepspeed", 3, None),
         ("fsdp2", 0, False), ("fsdp2", 0, True),
     ]  # fmt: skip
-    base = make_trial(["model=pythia-160m", "hardware=a100-80gb-x4", "methods.micro_batch=4"])
+    base = make_trial(["model=pythia-160m", "hardware=a100-80gb", "hardware.count=4", "methods.micro_batch=4"])
     trials = combinations(base, cfg)
     assert len(trials) == 12
     est = Predictor()
-    mem = {combo_name(t): est.estimate(with_methods(t, micro_batch=4)) for t in trials}
-    states = {combo_name(t): est.predict(t).model_states_gib for t in trials}
-    z = [states[f"zero{k} offload=none recompute=none attn=sdpa"] for k in range(4)]
+    mem = {methods_label(t): est.estimate(with_methods(t, micro_batch=4)) for t in trials}
+    states = {methods_label(t): est.predict(t).model_states_gib for t in trials}
+    z = [states[f"{s} offload=none recompute=none attn=sdpa"] for s in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")]
     assert z[0] > z[1] > z[2] > z[3]
-    fsdp = [f"fsdp2-{m} offload=none recompute=none attn=sdpa" for m in ("full_shard", "shard_grad_op")]
+    fsdp = [f"FSDP2 {m} offload=none recompute=none attn=sdpa" for m in ("full_shard", "shard_grad_op")]
     assert states[fsdp[0]] == states[fsdp[1]] < z[0]  # both shard every state; full_shard regathers
     assert mem[fsdp[0]].mem_gib < mem[fsdp[1]].mem_gib  # shard_grad_op holds parameters forward to backward
-    plain, rc = mem["zero0 offload=none recompute=none attn=sdpa"], mem["zero0 offload=none recompute=full attn=sdpa"]
+    plain, rc = mem["DDP offload=none recompute=none attn=sdpa"], mem["DDP offload=none recompute=full attn=sdpa"]
     assert rc.mem_gib < plain.mem_gib and rc.step_time > plain.step_time
     assert 0.01 < plain.step_time < 60  # seconds per step of 1024 x 2048 tokens on 4 A100s
 
@@ -397,7 +397,7 @@ def test_progress_prints_count_best_and_time_left_without_a_tty(tiny):
     out = io.StringIO()
     p = Progress(total=4, stream=out)
     t = tiny()
-    rec = {"outcome": "ok", "trial": t.to_dict(), "metrics": {"step_time_s": 1.5}}
+    rec = Record.new(t, "test", "ok", "", figures(1.5), 1.0)
     p.begin("x")
     p.end(rec, "line one")
     text = out.getvalue()
@@ -421,7 +421,7 @@ def small_grid(tmp_path_factory):
     d = tmp_path_factory.mktemp("grid")
     out = cli(
         [
-            "suite.cli",
+            "cli.bench",
             "-m",
             *SMALL,
             f"store.dir={d}",
@@ -461,7 +461,7 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
     d, _ = small_grid
     out = cli(
         [
-            "suite.search",
+            "cli.search",
             *SMALL,
             f"store.dir={d}",
             "search.zero_stages=[0,1]",
@@ -480,15 +480,15 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
     assert found["metrics"]["runs"] == 2 and log["best_interval"]["n"] == 2  # confirmed before it is named
     assert log["search"]["min_runs"] == 2 and log["search"]["zero_stages"] == [0, 1]  # its settings, as JSON
     same = found["trial"]["methods"] == winner["trial"]["methods"]
-    assert same or store.interval(found).overlaps(store.interval(winner))  # or tied with the fastest
+    intervals = [Record.from_json(r).interval for r in (found, winner)]
+    assert same or intervals[0].overlaps(intervals[1])  # or tied with the fastest
     assert "best:" in out.stdout and "for 143,000 steps" in out.stdout and "confirmation:" in out.stdout
     # The micro-batch limit it reports is real: that one ran, and the next divisor did not fit.
     for name, mb in log["largest_fit"].items():
         ran = [
             r
             for r in recs.values()
-            if r["trial_id"] in log["trials"]
-            and f"zero{r['trial']['methods']['zero_stage']} offload={r['trial']['methods']['offload']} " in name + " "
+            if r["trial_id"] in log["trials"] and methods_label(Trial.from_dict(r["trial"])) == name
         ]
         by_mb = {r["trial"]["methods"]["micro_batch"]: r["outcome"] for r in ran}
         assert by_mb[mb] == "ok"
@@ -500,7 +500,7 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid):
 @pytest.mark.slow
 def test_a_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path):
     args = [
-        "suite.cli",
+        "cli.bench",
         "-m",
         *TINY,
         "wandb.mode=disabled",
@@ -563,7 +563,7 @@ def wandb_records(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_wandb_offline_run_has_the_trial_config_and_summary(tmp_path, tiny):
-    out = cli(["suite.cli", *TINY, f"store.dir={tmp_path}", f"wandb.dir={tmp_path}", "store.sweep=wb"])
+    out = cli(["cli.bench", *TINY, f"store.dir={tmp_path}", f"wandb.dir={tmp_path}", "store.sweep=wb"])
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
@@ -578,26 +578,17 @@ def test_wandb_offline_run_has_the_trial_config_and_summary(tmp_path, tiny):
 def test_a_broken_wandb_setup_is_a_warning_not_a_failed_trial(tmp_path, capsys, tiny):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")  # W&B cannot make its folder here
-    t = tiny()
-    rec = {
-        "trial_id": t.id,
-        "trial": t.to_dict(),
-        "sweep": "s",
-        "outcome": "ok",
-        "message": "",
-        "wall_s": 1.0,
-        "metrics": {"step_time_s": 1.0},
-    }
+    rec = Record.new(tiny(), "s", "ok", "", figures(1.0), 1.0)
     tracking.log_trial(rec, "offline", "p", str(blocker / "sub"))
     assert "W&B logging failed, the trial result is kept" in capsys.readouterr().err
-    assert rec["outcome"] == "ok"
+    assert rec.outcome == "ok"
 
 
 @pytest.mark.slow
 def test_a_broken_wandb_setup_does_not_fail_a_real_trial(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    out = cli(["suite.cli", *TINY, f"store.dir={tmp_path}/store", f"wandb.dir={blocker}/sub"], env=dict(os.environ))
+    out = cli(["cli.bench", *TINY, f"store.dir={tmp_path}/store", f"wandb.dir={blocker}/sub"], env=dict(os.environ))
     assert out.returncode == 0
     assert "W&B logging failed" in out.stderr
     assert json.loads(next((tmp_path / "store").glob("*.json")).read_text())["outcome"] == "ok"
@@ -616,8 +607,8 @@ def test_a_replayed_search_meets_the_recorded_noise_in_the_order_it_came(tiny, t
     def stored(d: Path, t: Trial, times: list[float]) -> None:
         rec = None
         for k, x in enumerate(times):
-            rec = store.with_run(rec, t, "test", "ok", "", figures(x), 1.0)
-            rec["runs"][-1]["provenance"] = {"date": f"2026-12-01T10:00:0{len(times) - k}+00:00"}
+            rec = add_run(rec, t, "test", "ok", "", figures(x), 1.0)
+            rec.runs[-1].provenance = {"date": f"2026-12-01T10:00:0{len(times) - k}+00:00"}
         store.save(d, rec)
 
     base = tiny("hardware.mem_gib=1", ONE_MB)
@@ -629,12 +620,12 @@ def test_a_replayed_search_meets_the_recorded_noise_in_the_order_it_came(tiny, t
     assert series == [1.0, 0.5, 1.5] and about["runs"] == 3 and about["over_1_2"] == pytest.approx(1 / 3)
 
     records = replay.load(tmp_path / "grid")
-    grid = {replay.key(r["trial"]["methods"]): r for r in records}
+    grid = {replay.key(r.spec.methods): r for r in records}
     machine = replay.Replay(grid, series, 1, "median")
     t = with_methods(base, zero_stage=1, recompute="none", micro_batch=1)
     first = machine(with_measure(t, repeats=3))
-    assert [x["metrics"]["step_time_s"] for x in first["runs"]] == [0.5, 1.5, 1.0]  # from the second factor, around
-    assert first["_fresh_runs"] == 3 and first["runs"][0]["provenance"]["date"] < first["runs"][2]["provenance"]["date"]
+    assert first.record.step_times() == [0.5, 1.5, 1.0]  # from the second factor, around
+    assert first.fresh_runs == 3 and first.record.runs[0].date < first.record.runs[2].date
 
     # A quiet machine: ZeRO-1 is predicted and measured fastest; the next is predicted 30% slower,
     # beyond the predictor's error, so the search stops after the best one's 3 runs: 3 of the

@@ -45,7 +45,7 @@ def cluster():
 
 def sweep(cluster, tmp_path, *overrides: str) -> subprocess.Popen:
     """`suite-bench -m hydra/launcher=slurm ...` into tmp_path/runs, its output in one stream."""
-    cmd = [sys.executable, "-m", "suite.cli", "-m", "hydra/launcher=slurm", f"store.dir={tmp_path / 'runs'}"]
+    cmd = [sys.executable, "-m", "cli.bench", "-m", "hydra/launcher=slurm", f"store.dir={tmp_path / 'runs'}"]
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.Popen([*cmd, *overrides], cwd=tmp_path, env=cluster.env, **out)
 

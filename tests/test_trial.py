@@ -19,7 +19,8 @@ import pytest
 from conftest import CPU_RECIPE, TINY, make_trial
 
 from suite import launch, models, store
-from suite.cli import run_one
+from suite.record import Record
+from suite.runner import run_one
 
 pytestmark = pytest.mark.slow
 
@@ -51,18 +52,18 @@ def zero_results(tmp_path_factory):
     out = {}
     for stage, offload in STAGES:
         t = make_trial(TINY + [f"methods.zero_stage={stage}", f"methods.offload={offload}"])
-        out[(stage, offload)] = (t, run_one(t, str(d), "test", in_sweep=True))
+        out[(stage, offload)] = (t, run_one(t, str(d), "test", in_sweep=True).record)
     return out
 
 
 @pytest.mark.parametrize("stage,offload", STAGES)
 def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, stage, offload):
     t, rec = zero_results[(stage, offload)]
-    assert rec["outcome"] == "ok", rec["message"]
-    m = rec["metrics"]
+    assert rec.outcome == "ok", rec.message
+    m = rec.metrics
     assert len(m["memory_per_rank"]) == 2
     assert m["step_time_s"] > 0 and m["tokens_per_s"] > 0 and m["timed_steps"] == 3
-    run = rec["runs"][0]["metrics"]  # the spread of the timed steps is the run's own
+    run = rec.runs[0].metrics  # the spread of the timed steps is the run's own
     assert run["step_time_min_s"] <= m["step_time_s"] == run["step_time_s"] <= run["step_time_max_s"]
     # gas = 8 / (2 ranks * 2) = 2 micro-steps, all measured: one plain and one boundary.
     assert m["gas"] == 2 and m["gas_measured"] == 2 and not m["extrapolated"]
@@ -82,10 +83,10 @@ def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, 
 
 
 def test_zero_stages_give_the_loss_of_stage_0(zero_results):
-    base = zero_results[(0, "none")][1]["metrics"]
+    base = zero_results[(0, "none")][1].metrics
     assert base["loss_per_step"][0] != base["loss_per_step"][-1]  # it really trains
     for (stage, offload), (_, rec) in zero_results.items():
-        m = rec["metrics"]
+        m = rec.metrics
         if stage == 3:
             # Built partitioned (zero.Init through transformers) and initialized on rank 0 in
             # another order: other random weights of the same distribution, so the same start.
@@ -104,9 +105,9 @@ def test_recomputation_is_really_applied(tiny, tmp_path):
     # Backward re-runs each block's forward: 2 of the tiny model's ~6.9e7 FLOPs per sample
     # are blocks, so the rise is the blocks' forward, not the embedding or the head.
     assert rc_flops > 1.1 * plain_flops
-    rec = run_one(tiny("methods.recompute=full"), str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "ok", rec["message"]
-    m = rec["metrics"]
+    rec = run_one(tiny("methods.recompute=full"), str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "ok", rec.message
+    m = rec.metrics
     assert m["hardware_flops_per_token"] == pytest.approx(rc_flops / 64)
     assert m["model_flops_per_token"] == pytest.approx(plain_flops / 64)
 
@@ -115,25 +116,25 @@ def test_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     # Pythia-14M in fp32 with Adam holds about 0.21 GiB of weights, gradients and state:
     # over a 0.15 GiB budget per worker.
     t = make_trial(CPU_RECIPE + ["hardware.mem_gib=0.15"])
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "oom", rec["message"]
-    assert "allocate" in rec["message"] or "MemoryError" in rec["message"]
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "oom", rec.message
+    assert "allocate" in rec.message or "MemoryError" in rec.message
     assert workers_of(t) == []
 
 
 def test_a_worker_killed_mid_trial_is_crashed(tiny, tmp_path):
     t = tiny("debug.fault=kill", "debug.fault_rank=1")
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "crashed"
-    assert "rank 1 killed by SIGKILL" in rec["message"]
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "crashed"
+    assert "rank 1 killed by SIGKILL" in rec.message
     assert workers_of(t) == []
 
 
 def test_a_hung_worker_times_out_and_is_gone(tiny, tmp_path):
     t = tiny("debug.fault=hang", "debug.fault_rank=0", "measure.timeout_s=25")
     start = time.monotonic()
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "timeout"
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "timeout"
     assert 25 <= time.monotonic() - start < 40
     assert workers_of(t) == []
 
@@ -153,16 +154,16 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_
     try:
         for lock in locks:
             lock.touch()
-        rec = run_one(tiny("debug.fault=nan", "measure.timeout_s=90"), str(tmp_path), "test", in_sweep=True)
+        rec = run_one(tiny("debug.fault=nan", "measure.timeout_s=90"), str(tmp_path), "test", in_sweep=True).record
     finally:
         for lock in locks:
             lock.unlink(missing_ok=True)
-    assert rec["outcome"] == "nan", rec["message"]
-    assert "loss is nan" in rec["message"]
+    assert rec.outcome == "nan", rec.message
+    assert "loss is nan" in rec.message
 
 
 def test_a_repeated_trial_is_served_from_the_store(tmp_path):
-    cmd = [sys.executable, "-m", "suite.cli", *TINY, f"store.dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "cli.bench", *TINY, f"store.dir={tmp_path}"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert first.returncode == 0, first.stderr[-2000:]
     files = list(tmp_path.glob("*.json"))
@@ -186,11 +187,11 @@ def test_a_repeated_trial_is_served_from_the_store(tmp_path):
     assert files[0].stat().st_mtime_ns != mtime
 
 
-def test_store_writes_are_atomic_and_complete(tmp_path):
-    rec = {"trial_id": "abc", "outcome": "ok", "metrics": {"x": 1}}
+def test_store_writes_are_atomic_and_complete(tmp_path, tiny):
+    rec = Record.new(tiny(), "test", "crashed", "boom", {}, 1.0)
     store.save(tmp_path, rec)
-    assert [p.name for p in tmp_path.iterdir()] == ["abc.json"]  # no temp file left behind
-    assert store.load(tmp_path, "abc") == rec
+    assert [p.name for p in tmp_path.iterdir()] == [f"{rec.trial_id}.json"]  # no temp file left behind
+    assert store.load(tmp_path, rec.trial_id) == rec
 
 
 def test_free_port_and_env_give_each_rank_its_identity(tiny):
@@ -218,20 +219,20 @@ def fsdp2_results(tmp_path_factory):
     out = {}
     for name, extra in FSDP2.items():
         t = make_trial(TINY + ["methods.engine=fsdp2", *extra])
-        out[name] = (t, run_one(t, str(d), "test", in_sweep=True))
+        out[name] = (t, run_one(t, str(d), "test", in_sweep=True).record)
     # Offload under FSDP2 needs an accelerator: recorded as unsupported, nothing launched.
     t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
-    out["offload"] = (t, run_one(t, str(d), "test", in_sweep=True))
+    out["offload"] = (t, run_one(t, str(d), "test", in_sweep=True).record)
     return d, out
 
 
 def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_results, zero_results):
-    base = zero_results[(0, "none")][1]["metrics"]
+    base = zero_results[(0, "none")][1].metrics
     for name, (t, rec) in fsdp2_results[1].items():
         if name == "offload":
             continue
-        assert rec["outcome"] == "ok", (name, rec["message"])
-        m = rec["metrics"]
+        assert rec.outcome == "ok", (name, rec.message)
+        m = rec.metrics
         assert (m["engine"], m["optimizer"], m["grad_scaler"]) == ("fsdp2", "torch fused AdamW", False)
         assert len(m["memory_per_rank"]) == 2 and m["timed_steps"] == 3 and len(m["loss_per_step"]) == 3
         expected = m["micro_time_s"] + m["boundary_time_s"] + m["optimizer_time_s"]
@@ -240,14 +241,14 @@ def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_resu
         # mean at the boundary, loss / GAS, clipped) trains as ZeRO-0 does; the issue asks 1%.
         assert m["first_loss"] == pytest.approx(base["first_loss"], rel=1e-4), name
         assert workers_of(t) == []
-    full = fsdp2_results[1]["full_shard"][1]["metrics"]
+    full = fsdp2_results[1]["full_shard"][1].metrics
     assert full["loss_per_step"] == pytest.approx(base["loss_per_step"], rel=1e-4)
-    recomputed = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1]["metrics"]
+    recomputed = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1].metrics
     assert recomputed["hardware_flops_per_token"] > 1.1 * recomputed["model_flops_per_token"]
 
 
 def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
-    m = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1]["metrics"]
+    m = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1].metrics
     # Rank 1 reports overflows on steps 1 and 2 (warm-up goes on until a step is applied) and on
     # the first timed step (discarded and run again); every rank follows it.
     assert (m["warmup_steps_run"], m["skipped_steps_warmup"]) == (3, 2)
@@ -257,13 +258,13 @@ def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
 
 def test_fsdp2_offload_on_cpu_is_unsupported(fsdp2_results):
     rec = fsdp2_results[1]["offload"][1]
-    assert rec["outcome"] == "unsupported" and "CPUOffloadPolicy" in rec["message"]
+    assert rec.outcome == "unsupported" and "CPUOffloadPolicy" in rec.message
 
 
 def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     t = make_trial(CPU_RECIPE + ["methods.engine=fsdp2", "hardware.mem_gib=0.1"])
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True)
-    assert rec["outcome"] == "oom", rec["message"]
+    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    assert rec.outcome == "oom", rec.message
     assert workers_of(t) == []
 
 
@@ -295,19 +296,19 @@ def test_the_engines_table_and_an_fsdp2_export_from_real_records(fsdp2_results, 
     ):
         row = table.loc[(sharding, offload)]
         ds, fs = zero_results[(ds_stage, "none")][1], fsdp2[fsdp_name][1]
-        assert row["deepspeed_step_time_s"] == ds["metrics"]["step_time_s"]
-        assert row["deepspeed_peak_mem_gib"] == ds["metrics"]["peak_mem_gib"]
-        assert row["fsdp2_step_time_s"] == fs["metrics"]["step_time_s"]
-        assert row["fsdp2_peak_mem_gib"] == fs["metrics"]["peak_mem_gib"]
+        assert row["deepspeed_step_time_s"] == ds.metrics["step_time_s"]
+        assert row["deepspeed_peak_mem_gib"] == ds.metrics["peak_mem_gib"]
+        assert row["fsdp2_step_time_s"] == fs.metrics["step_time_s"]
+        assert row["fsdp2_peak_mem_gib"] == fs.metrics["peak_mem_gib"]
         assert row["deepspeed_max_micro_batch"] == row["fsdp2_max_micro_batch"] == 2
-        expected = (ds["metrics"]["step_time_s"] / fs["metrics"]["step_time_s"] - 1) * 100
+        expected = (ds.metrics["step_time_s"] / fs.metrics["step_time_s"] - 1) * 100
         assert row["fsdp2_speedup_pct"] == pytest.approx(expected)
     offloaded = table.loc[("ZeRO-3 / FSDP2 full_shard", "optimizer+params")]
     assert offloaded["fsdp2_config"] == "none ran ok (unsupported)"
     assert math.isnan(offloaded["fsdp2_step_time_s"])
 
     # The FSDP2 winner exports TrainingArguments with its fsdp_config and a torchrun launch.
-    w = export_winner(df, None, None, trial_id=fsdp2["full_shard"][1]["trial_id"])
+    w = export_winner(df, None, None, trial_id=fsdp2["full_shard"][1].trial_id)
     assert w.ds_config is None
     assert w.fsdp_config == {
         "version": 2,

@@ -34,15 +34,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
+from suite import paths
 from suite.config import Trial
 from suite.predict import memory, timing
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
 from suite.predict.trace import model_flops, traced
-
-ACCURACY_DIR = Path(__file__).resolve().parents[2] / "results" / "accuracy"
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ class Predictor:
 def published_error(kind: str) -> dict | None:
     """The accuracy measured so far for predictions of `kind` (cpu, cuda): the summary
     `suite-report accuracy --publish` commits under results/accuracy/, or None."""
-    path = ACCURACY_DIR / f"{kind}.json"
+    path = paths.accuracy_dir() / f"{kind}.json"
     if not path.exists():
         return None
     return json.loads(path.read_text())

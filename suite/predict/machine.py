@@ -1,6 +1,6 @@
 """The constants a prediction for one hardware profile uses, each with where it comes from.
 
-A GPU profile's constants come from its datasheet (`conf/gpu/*.yaml`: peak FLOP/s, memory,
+A GPU profile's constants come from its datasheet (`conf/hardware/<gpu>.yaml`: peak FLOP/s, memory,
 link and host bandwidths) and from the published defaults of the libraries the worker runs
 (below); a machine that ran `suite-predict calibrate` uses what it measured instead. A CPU
 worker has no datasheet: its constants are always measured (`suite.predict.calibrate`), and
@@ -36,16 +36,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from suite import paths
 from suite.config import Trial
+from suite.store import write_json
 
 GIB = 2**30
 MIB = 2**20
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "results" / "calibration"
 GPU_MATMUL_EFFICIENCY = 0.75
 GPU_OP_OVERHEAD_S = 10e-6
 NCCL_BASE_LATENCY_S = 8.4e-6
@@ -158,7 +158,7 @@ def datasheet(t: Trial) -> Machine:
         raise ValueError(f"{hw.name} is not a GPU profile: calibrate it (suite-predict calibrate hardware={hw.name})")
     missing = [k for k in ("memory_gbps", "link_gbps", "host_gbps") if not getattr(hw, k)]
     if missing or not hw.peak_tflops:
-        raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/gpu profile")
+        raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/hardware profile")
     link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
     latency = NCCL_BASE_LATENCY_S
     bus = hw.link_gbps * 1e9
@@ -187,8 +187,7 @@ def calibration_key(hw) -> str:
 
 
 def calibration_path(key: str, host: str | None = None) -> Path:
-    root = Path(os.environ.get("SUITE_CALIBRATION_DIR") or CALIBRATION_DIR)
-    return root / (host or socket.gethostname()) / f"{key}.json"
+    return paths.calibration_dir() / (host or socket.gethostname()) / f"{key}.json"
 
 
 def load_calibration(key: str, host: str | None = None) -> Machine | None:
@@ -199,12 +198,7 @@ def load_calibration(key: str, host: str | None = None) -> Machine | None:
 
 
 def save_calibration(m: Machine, key: str) -> Path:
-    path = calibration_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(m.to_dict(), indent=1))
-    os.replace(tmp, path)
-    return path
+    return write_json(calibration_path(key), m.to_dict(), indent=1)
 
 
 def host_calibrations() -> list[Machine]:

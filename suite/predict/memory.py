@@ -149,70 +149,77 @@ def _partition_step(t: Trial, part: float, w: int, buffer: list[Term]) -> list[T
 
 
 def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
+    """DeepSpeed ZeRO 0-3 as suite/engines.py sets it up (suite.methods.deepspeed_config)."""
+    z = t.methods.zero_stage
+    lay = Layout(grads_accumulate=z in (0, 1))
+    {0: _zero0, 1: _zero12, 2: _zero12, 3: _zero3}[z](lay, t, tr)
+    return lay
+
+
+def _zero0(lay: Layout, t: Trial, tr: Trace) -> None:
+    w, p, built = bytes_per_element(t.precision), tr.n_params, _built_bytes(t, tr)
+    lay.steady.append(Term("parameters", w * p, "engine.py:2080-2094 (module cast to the training dtype)"))
+    lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", w * p, "engine.py:3084-3095"))
+    lay.steady.append(Term("AdamW moments", 8 * p, "torch AdamW / FusedAdam: exp_avg, exp_avg_sq in fp32"))
+    flat = min(p, ALLREDUCE_BUCKET)
+    lay.boundary.append(Term("all-reduce flat buffer", w * flat, "engine.py:3921-3933 buffered_allreduce_fallback"))
+    lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+    if t.precision != "fp32":
+        lay.steady.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
+        lay.optimizer.append(Term("fp32 flat gradients at the step", 4 * p, "fp16/fused_optimizer.py:286-291"))
+        lay.build.append(Term("16-bit clones flattened", 2 * w * p, "fp16/fused_optimizer.py:94-96"))
+        lay.build.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
+    else:
+        lay.optimizer += _adam_temporaries(t, p, "all parameters")
+
+
+def _offloads(t: Trial) -> tuple[bool, bool]:
+    """(optimizer offloaded, parameters offloaded): on a GPU only (a CPU budget has no device to spare)."""
+    gpu = t.hardware.device != "cpu"
+    return gpu and t.methods.offload in (
+        "optimizer",
+        "optimizer+params",
+    ), gpu and t.methods.offload == "optimizer+params"
+
+
+def _zero12(lay: Layout, t: Trial, tr: Trace) -> None:
     from suite import methods
 
-    me = t.methods
-    n = t.devices
-    w = bytes_per_element(t.precision)
-    p = tr.n_params
-    z = me.zero_stage
-    half = t.precision != "fp32"
-    cpu = t.hardware.device == "cpu"
-    off_opt = me.offload in ("optimizer", "optimizer+params") and not cpu
-    off_par = me.offload == "optimizer+params" and not cpu
-    buckets = methods.bucket_sizes(t) if z >= 1 else {}
-    b_r = buckets.get("reduce_bucket_size", 0)
-    lay = Layout(grads_accumulate=z in (0, 1))
-    built = _built_bytes(t, tr)
+    w, p, z = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage
+    part, b_r = p / t.devices, methods.bucket_sizes(t)["reduce_bucket_size"]
+    off_opt, _ = _offloads(t)
+    lay.steady.append(Term("parameters, one flat buffer", w * p, "stage_1_and_2.py:503-507, 889-899"))
+    opt_terms = [
+        Term("fp32 master partition", 4 * part, "stage_1_and_2.py:556-557"),
+        Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq"),
+    ]
+    (lay.host if off_opt else lay.steady).extend(opt_terms)
+    lay.backward.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
+    buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
+    if z == 1:
+        lay.steady.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
+        lay.boundary += [buffer, Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")]
+    elif t.gas_measured > 1:  # gradients of later micro-steps accumulate into it
+        lay.steady.append(buffer)
+    else:  # allocated by the backward's first reduction, after the activations' peak
+        lay.boundary.append(buffer)
+    if off_opt:
+        lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
+        lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
+        largest = max(tr.param_numels)
+        lay.steady.append(Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660"))
+    else:
+        lay.optimizer = _partition_step(t, part, w, [] if buffer in lay.steady else [buffer])
+    lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
+    lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
 
-    if z == 0:
-        lay.steady.append(Term("parameters", w * p, "engine.py:2080-2094 (module cast to the training dtype)"))
-        lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", w * p, "engine.py:3084-3095"))
-        lay.steady.append(Term("AdamW moments", 8 * p, "torch AdamW / FusedAdam: exp_avg, exp_avg_sq in fp32"))
-        flat = min(p, ALLREDUCE_BUCKET)
-        lay.boundary.append(Term("all-reduce flat buffer", w * flat, "engine.py:3921-3933 buffered_allreduce_fallback"))
-        if half:
-            lay.steady.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
-            lay.optimizer.append(Term("fp32 flat gradients at the step", 4 * p, "fp16/fused_optimizer.py:286-291"))
-            lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
-            lay.build.append(Term("16-bit clones flattened", 2 * w * p, "fp16/fused_optimizer.py:94-96"))
-            lay.build.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
-        else:
-            lay.optimizer += _adam_temporaries(t, p, "all parameters")
-            lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
-        return lay
 
-    part = p / n
-    if z in (1, 2):
-        lay.steady.append(Term("parameters, one flat buffer", w * p, "stage_1_and_2.py:503-507, 889-899"))
-        opt_terms = [
-            Term("fp32 master partition", 4 * part, "stage_1_and_2.py:556-557"),
-            Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq"),
-        ]
-        (lay.host if off_opt else lay.steady).extend(opt_terms)
-        lay.backward.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
-        buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
-        if z == 1:
-            lay.steady.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
-            lay.boundary += [buffer, Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")]
-        elif t.gas_measured > 1:  # gradients of later micro-steps accumulate into it
-            lay.steady.append(buffer)
-        else:  # allocated by the backward's first reduction, after the activations' peak
-            lay.boundary.append(buffer)
-        if off_opt:
-            lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
-            lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
-            largest = max(tr.param_numels)
-            lay.steady.append(
-                Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660")
-            )
-        else:
-            lay.optimizer = _partition_step(t, part, w, [] if buffer in lay.steady else [buffer])
-        lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
-        lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
-        return lay
+def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
+    from suite import methods
 
-    # ZeRO-3
+    w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
+    part, buckets = p / n, methods.bucket_sizes(t)
+    off_opt, off_par = _offloads(t)
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
     persistent = sum(x for x in tr.param_numels if x < threshold)
     sharded = p - persistent
@@ -230,7 +237,7 @@ def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
     (lay.host if off_opt else lay.steady).extend(opt_terms)
     grads = Term("gradient partition buffer", w * part, "stage3.py:791-793")
     (lay.host if off_opt else lay.steady).append(grads)
-    lay.steady.append(Term("reduce bucket", w * b_r, "stage3.py:780-784"))
+    lay.steady.append(Term("reduce bucket", w * buckets.get("reduce_bucket_size", 0), "stage3.py:780-784"))
     # A gathered parameter is released only if the modules run within the next
     # max_reuse_distance elements do not use it again; forward's parameters are used again in
     # backward, so up to that many stay gathered from forward into backward.
@@ -250,9 +257,8 @@ def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
     if t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
-        lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
+        lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
     lay.build.append(Term("optimizer init gradient buffer", 4 * part, "stage3.py:1302-1306"))
-    return lay
 
 
 def fsdp2_layout(t: Trial, tr: Trace) -> Layout:

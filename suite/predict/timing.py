@@ -196,82 +196,111 @@ def bucket_flushes(numels: list[int], bucket: int) -> list[int]:
     return out
 
 
-def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = Network()) -> Parts:
+@dataclass
+class _Comm:
+    """What one trial's collectives cost on a machine: the engines' communication is built from these."""
+
+    t: Trial
+    tr: Trace
+    m: Machine
+    nodes: int
+    net: Network
+
+    def coll(self, kind: str, sizes: list[float]) -> float:
+        return sum(collective_seconds(self.m, kind, s, self.t.devices, self.nodes, self.net) for s in sizes)
+
+    def copies(self, nbytes: float) -> float:  # a copy reads and writes every byte
+        return 2 * nbytes / self.m.memory_bps if self.m.memory_bps else 0.0
+
+    def fresh(self, sizes: list[float]) -> float:  # buffers the engine allocates anew (CPU: page faults)
+        return first_touch_seconds(self.m, sizes)
+
+    def overhead(self, ops: float) -> float:
+        return ops * self.m.op_overhead_s
+
+
+Traffic = tuple[float, float, float, float]
+"""(seconds in every micro-step, seconds added at the boundary, collectives in every micro-step,
+collectives added at the boundary), before the loop's scales."""
+
+
+def _ddp(c: _Comm) -> Traffic:
+    """ZeRO-0: flattened into one new buffer (up to allreduce_bucket_size elements), reduced, copied back."""
+    w, p = bytes_per_element(c.t.precision), c.tr.n_params
+    boundary = c.coll("all_reduce", [w * p]) + c.copies(2 * w * p) + c.fresh([w * p]) + c.overhead(OPS_PER_BUCKET)
+    return 0.0, boundary, 0, 1
+
+
+def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
+    """ZeRO-1 reduces its buckets at the boundary, ZeRO-2 at every micro-step."""
     from suite import methods
 
+    w, p, numels = bytes_per_element(c.t.precision), c.tr.n_params, c.tr.param_numels
+    bucket = methods.bucket_sizes(c.t)["reduce_bucket_size"]
+    flushes = bucket_flushes(list(reversed(numels)), bucket)  # backward produces gradients last layer first
+    reduce = c.coll("all_reduce", [w * x for x in flushes]) + c.fresh([w * x for x in flushes])
+    reduce += c.copies(2 * w * p) + c.overhead(OPS_PER_BUCKET * len(flushes) + OPS_PER_GRADIENT * len(numels))
+    detail["reductions"] = len(flushes)
+    return (0.0, reduce, 0, len(flushes)) if c.t.methods.zero_stage == 1 else (reduce, 0.0, len(flushes), 0)
+
+
+def _zero3(c: _Comm, compute: float, detail: dict[str, float]) -> Traffic:
+    """ZeRO-3: each module's parameters gathered in forward (and in backward what the reuse
+    distance let go), gradients reduce-scattered in buckets at every micro-step."""
+    from suite import methods
+    from suite.predict.memory import REUSE_DISTANCE
+
+    w = bytes_per_element(c.t.precision)
+    buckets = methods.bucket_sizes(c.t)
+    threshold = buckets.get("stage3_param_persistence_threshold", 0)
+    units = [u for u in (sum(x for x in mod if x >= threshold) for mod in c.tr.module_params) if u]
+    sharded = sum(units)
+    passes = 1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0
+    # each gather fills a new full-size buffer
+    gathers = passes * (c.coll("all_gather", [w * u for u in units]) + c.fresh([w * u for u in units]))
+    order = [x for mod in reversed(c.tr.module_params) for x in reversed(mod) if x >= threshold]
+    flushes = bucket_flushes(order, buckets.get("reduce_bucket_size", 0))
+    scatter = c.coll("reduce_scatter", [w * x for x in flushes]) + c.fresh([w * x for x in flushes])
+    detail["all_gathers"] = passes * len(units)
+    comm = gathers + scatter
+    micro = (max(0.0, comm - compute) if c.m.kind == "cuda" else comm) + c.overhead(
+        passes * len(units) + OPS_PER_BUCKET * len(flushes)
+    )
+    return micro, 0.0, passes * len(units) + len(flushes), 0
+
+
+def _fsdp2(c: _Comm, compute: float, bwd: float) -> Traffic:
+    """FSDP2: each unit gathered before its forward, and again before its backward when resharded
+    after forward (the recomputed forward runs inside the backward's gather); gradients
+    reduce-scattered in fp32 at the boundary."""
+    w, p, n, cuda = bytes_per_element(c.t.precision), c.tr.n_params, c.t.devices, c.m.kind == "cuda"
+    units = list(c.tr.block_numels) + [p - sum(c.tr.block_numels)]
+    passes = 2 if getattr(c.t.methods, "reshard_after_forward", True) else 1
+    gathers = (c.coll("all_gather", [w * u for u in units]) + c.fresh([w * u for u in units])) * passes
+    micro = max(0.0, gathers - compute) if cuda else gathers
+    # the gradients are copied into a new flat input, and each rank's shard is a new output
+    scatter = c.coll("reduce_scatter", [4 * u for u in units]) + c.fresh([4 * u * (1 + 1 / n) for u in units])
+    boundary = (max(0.0, scatter - bwd) if cuda else scatter) + c.overhead(len(units) * OPS_PER_BUCKET)
+    return micro, boundary, passes * len(units), len(units)
+
+
+def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = Network()) -> Parts:
+    """The step's parts: t_micro, t_boundary (compute and the engine's communication) and t_optimizer."""
     me = t.methods
-    b, n, w = me.micro_batch, t.devices, bytes_per_element(t.precision)
-    p = tr.n_params
-    fwd, bwd, _ = compute_seconds(tr, b, m, t.precision)
+    fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, t.precision)
     scale = loop_scale(m, me, "compute")
     fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
-    engine = getattr(me, "engine", "deepspeed")
-    z = me.zero_stage if engine == "deepspeed" else None
-    cuda = m.kind == "cuda"
-
-    def coll(kind: str, sizes: list[float]) -> float:
-        return sum(collective_seconds(m, kind, s, n, nodes, net) for s in sizes)
-
-    def copies(nbytes: float) -> float:  # a copy reads and writes every byte
-        return 2 * nbytes / m.memory_bps if m.memory_bps else 0.0
-
-    def fresh(sizes: list[float]) -> float:  # buffers the engine allocates anew (CPU: page faults)
-        return first_touch_seconds(m, sizes)
-
-    grads_in_order = list(reversed(tr.param_numels))  # backward produces gradients last layer first
-    bucket = methods.bucket_sizes(t).get("reduce_bucket_size", 0) if z else 0
-    micro_comm = boundary_comm = 0.0
-    n_micro = n_boundary = 0.0  # collectives in every micro-step, and added at the boundary
-    if z == 0:
-        # flattened into one new buffer (up to allreduce_bucket_size elements), reduced, copied back
-        boundary_comm = coll("all_reduce", [w * p]) + copies(2 * w * p) + fresh([w * p])
-        boundary_comm += OPS_PER_BUCKET * m.op_overhead_s
-        n_boundary = 1
-    elif z in (1, 2):
-        flushes = bucket_flushes(grads_in_order, bucket)
-        reduce = coll("all_reduce", [w * x for x in flushes]) + fresh([w * x for x in flushes])
-        reduce += (
-            copies(2 * w * p)
-            + (OPS_PER_BUCKET * len(flushes) + OPS_PER_GRADIENT * len(tr.param_numels)) * m.op_overhead_s
-        )
-        detail["reductions"] = len(flushes)
-        if z == 1:
-            boundary_comm, n_boundary = reduce, len(flushes)
-        else:
-            micro_comm, n_micro = reduce, len(flushes)
-    elif z == 3:
-        from suite.predict.memory import REUSE_DISTANCE
-
-        threshold = methods.bucket_sizes(t).get("stage3_param_persistence_threshold", 0)
-        units = [sum(x for x in mod if x >= threshold) for mod in tr.module_params]
-        units = [u for u in units if u]
-        sharded = sum(units)
-        # Gathered once in forward; again in backward only what the reuse distance let go.
-        passes = 1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0
-        # each gather fills a new full-size buffer
-        gathers = passes * (coll("all_gather", [w * u for u in units]) + fresh([w * u for u in units]))
-        flushes = bucket_flushes(
-            [x for mod in reversed(tr.module_params) for x in reversed(mod) if x >= threshold], bucket
-        )
-        scatter = coll("reduce_scatter", [w * x for x in flushes]) + fresh([w * x for x in flushes])
-        overhead = (passes * len(units) + OPS_PER_BUCKET * len(flushes)) * m.op_overhead_s
-        detail["all_gathers"] = passes * len(units)
-        comm = gathers + scatter
-        micro_comm = (max(0.0, comm - compute) if cuda else comm) + overhead
-        n_micro = passes * len(units) + len(flushes)
-    elif engine == "fsdp2":
-        units = list(tr.block_numels) + [p - sum(tr.block_numels)]
-        # Gathered before each unit's forward, and again before its backward when resharded
-        # after forward (the recomputed forward runs inside the backward's gather).
-        passes = 2 if getattr(me, "reshard_after_forward", True) else 1
-        gathers = (coll("all_gather", [w * u for u in units]) + fresh([w * u for u in units])) * passes
-        micro_comm = max(0.0, gathers - compute) if cuda else gathers
-        # the gradients are copied into a new flat input, and each rank's shard is a new output
-        scatter = coll("reduce_scatter", [4 * u for u in units]) + fresh([4 * u * (1 + 1 / n) for u in units])
-        boundary_comm = (max(0.0, scatter - bwd) if cuda else scatter) + len(units) * OPS_PER_BUCKET * m.op_overhead_s
-        n_micro, n_boundary = passes * len(units), len(units)
+    c = _Comm(t, tr, m, nodes, net)
+    if getattr(me, "engine", "deepspeed") == "fsdp2":
+        micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, compute, bwd)
+    elif me.zero_stage == 0:
+        micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
+    elif me.zero_stage in (1, 2):
+        micro_comm, boundary_comm, n_micro, n_boundary = _zero12(c, detail)
+    else:
+        micro_comm, boundary_comm, n_micro, n_boundary = _zero3(c, compute, detail)
 
     # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable),
     # and each collective the engine's measured cost in a real loop (`loop_sync`).

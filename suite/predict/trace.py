@@ -63,6 +63,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
+from suite.store import write_json
 
 FORMAT = 4
 """Version of the cached trace's layout; a change of it retraces."""
@@ -449,10 +450,7 @@ def traced(m: ModelConfig, attention: str, recompute: str, dtype: str) -> Trace:
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is traced again
     t = _trace(m, traced_attention, recompute, dtype, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(t.to_dict()))
-    os.replace(tmp, path)
+    write_json(path, t.to_dict())
     _memo[key] = t
     return t
 
@@ -467,10 +465,7 @@ def model_flops(m: ModelConfig, attention: str) -> float:
     if path.exists():
         return float(json.loads(path.read_text())["flops_per_sample"])
     flops = count_flops(m, attention, "none")[0]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"flops_per_sample": flops}))
-    os.replace(tmp, path)
+    write_json(path, {"flops_per_sample": flops})
     return flops
 
 

@@ -1,0 +1,85 @@
+"""Names of what a trial runs, for every reader: the trial line, the search, the tables, the page.
+
+One sharding label per engine mode (`SHARDINGS`, least sharded first), and the labels built
+from it: a configuration (`config_label`: "ZeRO-1 recompute mb 8x2 sdpa fp32"), a recipe
+(`recipe_label`), a budget (`budget_label`) and the one line a trial is announced with
+(`describe`). The leaderboard page gets `SHARDINGS` and `ENGINES` in its data, not a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite import models
+from suite.config.schema import Trial
+
+SHARDINGS = {
+    "DDP": "DDP",
+    "ZeRO-1": "ZeRO-1",
+    "ZeRO-2": "ZeRO-2",
+    "ZeRO-3": "ZeRO-3",
+    "FSDP2 shard_grad_op": "FSDP2 grad_op",
+    "FSDP2 full_shard": "FSDP2 full",
+}
+"""Each engine's sharding modes, least sharded first: DeepSpeed ZeRO-0 (plain data parallel, "DDP")
+to 3, then FSDP2 without (shard_grad_op) and with (full_shard) resharding after forward;
+label -> a short form where a narrow column needs one."""
+ENGINES = {"deepspeed": "DeepSpeed", "fsdp2": "FSDP2"}
+
+
+def sharding_label(t: Trial) -> str:
+    me = t.methods
+    if me.engine == "fsdp2":
+        return "FSDP2 full_shard" if me.reshard_after_forward else "FSDP2 shard_grad_op"
+    return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
+
+
+def methods_label(t: Trial) -> str:
+    """The methods but the micro-batch: sharding, offload, recomputation, attention, compile."""
+    me = t.methods
+    parts = [sharding_label(t), f"offload={me.offload}", f"recompute={me.recompute}", f"attn={me.attention}"]
+    return " ".join(parts + (["compile"] if me.compile else []))
+
+
+def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
+    """The methods as they ran, short: "ZeRO-1 recompute mb 8x2 sdpa fp32" (with the kernel path
+    where a model has one)."""
+    me = t.methods
+    parts = [sharding_label(t)]
+    if me.offload != "none":
+        parts.append(f"offload {me.offload}")
+    if me.recompute != "none":
+        parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
+    parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
+    parts.append(models.attention(t))
+    if me.compile:
+        parts.append("compile")
+    parts.append(t.precision)
+    if kernel_path:
+        parts.append(f"kernels {kernel_path}")
+    return " ".join(parts)
+
+
+def recipe_label(t: Trial) -> str:
+    """What was measured: a step time compares only between trials of the same recipe."""
+    r = t.model.recipe
+    sample = f"x {r.seq_len} tokens" if t.unit == "token" else f"images of {r.image_size}x{r.image_size}"
+    return f"batch {r.global_batch} {sample}, {r.train_steps:,} steps, {r.precision}"
+
+
+def budget_label(t: Trial) -> str:
+    """A budget: the hardware profile, on more than one node where it spans several."""
+    return t.hardware.name if t.nodes == 1 else f"{t.hardware.name} x {t.nodes} nodes"
+
+
+def describe(t: Trial) -> str:
+    """The trial in one line, with the attention and precision that run."""
+    me, r = t.methods, t.model.recipe
+    precision = t.precision
+    if me.precision == "recipe" and precision != r.precision:
+        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
+    return (
+        f"{t.model.name} {t.hardware.name} {sharding_label(t)} offload={me.offload} "
+        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={models.attention(t)}"
+        f"{' compile' if me.compile else ''} {precision}"
+    )
