@@ -6,7 +6,7 @@ A model is data (`ModelConfig`): a transformers `model_type` with its config fie
 - the config: `AutoConfig.for_model(model_type, **fields)`; a local config.json is read as
   JSON, never through the Hub (suite/__init__.py turns the Hub off for every suite process);
 - the model: the task's `AutoModelFor...` class, `_from_config`, random weights;
-- the batch, the labels and the unit of throughput follow the task (`TASKS`), not the family;
+- the batch, the labels and the unit of throughput follow the task (`ModelConfig.unit`), not the family;
 - shape facts (`shape`), supported attention (`attentions`), blocks for recomputation and the
   limits a trial must respect are read from the config and the model class, without building.
 
@@ -34,10 +34,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
-from suite.config.schema import TASKS, ModelConfig
-
-if TYPE_CHECKING:
-    from suite.config.schema import Trial
+if TYPE_CHECKING:  # annotations only: models reads the settings it is given
+    from suite.config.schema import ModelConfig, Trial
 
 AUTO_CLASSES = {
     "causal-lm": "AutoModelForCausalLM",
@@ -139,7 +137,7 @@ def hf_config(m: ModelConfig):
         # Training never reuses keys and values: a cache only costs memory (and Mamba's fused
         # training path runs only without one).
         cfg.use_cache = False
-    if TASKS.get(m.task) == "image" and hasattr(cfg, "image_size"):
+    if m.unit == "image" and hasattr(cfg, "image_size"):
         cfg.image_size = m.recipe.image_size
     return cfg
 
@@ -347,7 +345,7 @@ def batch(m: ModelConfig, micro_batch: int, gen: torch.Generator, device) -> dic
     image-classification: Gaussian pixels and a random class per image.
     """
     b, r, s = micro_batch, m.recipe, shape(m)
-    if TASKS[m.task] == "image":
+    if m.unit == "image":
         x = torch.randn(b, s.num_channels, r.image_size, r.image_size, generator=gen)
         y = torch.randint(0, s.num_labels, (b,), generator=gen)
         return {"pixel_values": x.to(device), "labels": y.to(device)}
@@ -459,7 +457,7 @@ def _count(model: torch.nn.Module, m: ModelConfig, micro_batch: int) -> int:
     """FLOPs of one forward + backward of the built (meta) model on a micro-batch of `m`'s recipe."""
     gen = torch.Generator().manual_seed(0)
     inputs = {k: v.to("meta") for k, v in batch(m, micro_batch, gen, "cpu").items()}
-    if attentions(m) and TASKS[m.task] == "token":
+    if attentions(m) and m.unit == "token":
         # An explicit 4D mask: causal-mask creation reads tensor values, which meta tensors
         # lack. The attention FLOPs counted are the same.
         s = m.recipe.seq_len
@@ -515,7 +513,7 @@ def count_flops(m: ModelConfig, attention: str, recompute: str, micro_batch: int
         model = build(m, "sdpa" if attention == "flash_attention_2" else attention, recompute)
     n_params = sum(p.numel() for p in model.parameters())
     flops = None
-    if TASKS[m.task] == "token" and _fallback_kernels(model):
+    if m.unit == "token" and _fallback_kernels(model):
         flops = _extrapolated(model, m, micro_batch)
     if flops is None:
         flops = _count(model, m, micro_batch)

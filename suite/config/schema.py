@@ -90,6 +90,11 @@ class ModelConfig:
     """Where the shapes come from."""
     recipe: RecipeConfig = field(default_factory=RecipeConfig)
 
+    @property
+    def unit(self) -> str:
+        """What throughput counts for the model's task (TASKS): token or image."""
+        return TASKS.get(self.task, "token")
+
 
 @dataclass
 class HardwareConfig:
@@ -352,7 +357,7 @@ class Trial:
     @property
     def unit(self) -> str:
         """What throughput counts for the model's task (TASKS): token or image."""
-        return TASKS.get(self.model.task, "token")
+        return self.model.unit
 
     @property
     def devices(self) -> int:
