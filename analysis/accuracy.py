@@ -16,7 +16,7 @@ machine's if that one is not here). Per record:
                          memory budget (a CPU worker without one always fits)
     speed_ratio          the run's speed probe over the calibration's (`suite.metrics.
                          speed_probe`): 1 when the machine ran as fast as when it was
-                         calibrated; a shared machine drifts (1.5-1.7x on a 2-core VM)
+                         calibrated; a shared machine drifts
     step_time_at_speed_err_pct  the step-time error with the prediction divided by that
                          ratio: the model's error with the machine's drift taken out, an
                          assumption (time inversely proportional to the probe's speed) shown
@@ -26,7 +26,7 @@ and per (model, budget) with three or more ok records, the Spearman rank correla
 predicted and measured step times; where every one of those records holds two or more runs,
 also that of its first run's step times against its second's (`repeat_spearman`): how well
 the measurement ranks the configurations against itself, the most a prediction scored against
-one run can expect (Pythia-14M's 43 trials on a 2-core VM, 2026-12-01: 0.83).
+one run can expect (results/benchmarks/README.md gives it for the CPU benchmark).
 The summary gives median, p90 and max of |error| per quantity, overall and per method
 (engine, ZeRO stage, offload). Records whose hardware
 has no constants here (a CPU never calibrated) are listed as not predicted, with the reason.

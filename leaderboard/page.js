@@ -152,16 +152,18 @@
     }
   }
 
+  function cellElement(col, r) {
+    const content = col.cell(r);
+    const td = el("td", { class: [col.cls, col.num ? "num" : ""].filter(Boolean).join(" ") });
+    if (Array.isArray(content)) td.append(...content);
+    else td.append(content);
+    return td;
+  }
+
   function rowElement(r) {
     const tr = el("tr", { class: `row${r.best ? " best" : ""}${r.tied ? " tied" : ""}${failed(r) ? " failed" : ""}`, tabindex: "0",
       "data-id": r.trial_id, "aria-expanded": String(state.open.has(r.trial_id)) });
-    for (const col of COLUMNS) {
-      const content = col.cell(r);
-      const td = el("td", { class: [col.cls, col.num ? "num" : ""].filter(Boolean).join(" ") });
-      if (Array.isArray(content)) td.append(...content);
-      else td.append(content);
-      tr.append(td);
-    }
+    for (const col of COLUMNS) tr.append(cellElement(col, r));
     tr.addEventListener("click", () => toggle(r.trial_id));
     tr.addEventListener("keydown", (e) => {
       if (e.key === "Enter" || e.key === " ") {
@@ -636,13 +638,7 @@
       const tr = el("tr", { class: `predicted-row${r.config === "does not fit" ? " nofit" : ""}`,
         title: `Predicted, not measured. ${r.recipe}; ${r.configs_fit} of ${r.configs_valid} configurations ` +
           `predicted to fit. Error so far: ${r.error_detail}. Constants: ${r.constants}` });
-      for (const col of PREDICTED_COLUMNS) {
-        const content = col.cell(r);
-        const td = el("td", { class: [col.cls, col.num ? "num" : ""].filter(Boolean).join(" ") });
-        if (Array.isArray(content)) td.append(...content);
-        else td.append(content);
-        tr.append(td);
-      }
+      for (const col of PREDICTED_COLUMNS) tr.append(cellElement(col, r));
       body.append(tr);
     }
     const sources = [...new Set(PREDICTED.flatMap((r) => [`Error so far on ${r.device}: ${r.error_detail}.`,

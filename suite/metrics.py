@@ -170,9 +170,9 @@ PROBE = {"cpu": (512, "fp32"), "cuda": (4096, "bf16")}
 def speed_probe(dev, sync) -> float:
     """FLOP/s of one fixed matrix multiply (512-cube fp32 on a CPU, 4096-cube bf16 on a GPU):
     the machine's speed at the time. Every run records it (suite.worker) and so does every
-    calibration (suite.predict.calibrate), so a shared machine's drift between the two is seen,
-    not taken for an error of the model: on a 2-core VM the same trials ran 1.5-1.7x faster a
-    day after they were measured, and the calibration's microbenchmarks 1.5-2x."""
+    calibration (suite.calibrate), so a shared machine's drift between the two is seen,
+    not taken for an error of the model: a shared machine's speed drifts by tens of percent
+    over hours."""
     import torch
 
     from suite.methods import DTYPES

@@ -188,3 +188,12 @@ def test_trial_ids_do_not_move(trial_id):
     new_form = [x for o in new_form for x in o]
     if any("hardware.count=" in o for o in new_form) and "cpu-x2-1gb" not in " ".join(overrides):
         assert make_trial(new_form).id == trial_id  # hardware=<gpu> hardware.count=N is the same trial
+
+
+def test_a_wheel_carries_every_config_group():
+    """conf/ travels inside the package of a wheel (pyproject.toml maps it to suite/conf); each of
+    its folders must be listed there, or a non-editable install would lack that group."""
+    text = (paths.CHECKOUT / "pyproject.toml").read_text()
+    folders = {p.parent.relative_to(CONF) for p in CONF.rglob("*.yaml")}
+    listed = {f"suite.conf.{'.'.join(f.parts)}" if f.parts else "suite.conf" for f in folders}
+    assert all(f'"{pkg}"' in text for pkg in listed), sorted(p for p in listed if f'"{p}"' not in text)

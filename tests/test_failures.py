@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TINY, make_trial
 
-from suite import launch
+from suite import launch, store
 from suite.worker import NonFiniteLoss, classify
 
 # Real texts (sources in suite/worker.py's OOM_MARKERS), each as its library raises it.
@@ -104,15 +104,25 @@ def sleepers(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(n)]
 
 
-def test_node_0_stops_its_blocked_ranks_when_a_rank_of_node_1_reports_oom(tmp_path):
+def wait_on_node(node: int, out: str, reports: dict[str, dict]) -> tuple[launch.Outcome, float, list]:
+    """A 2-node trial's launcher on `node`, its one rank blocked, once `reports` are in the trial
+    folder `out` (name -> report): its outcome, how long it waited, and its ranks."""
     t = make_trial(TINY + ["hardware=cpu-x1", "cluster.nodes=2", "measure.timeout_s=300"])
-    out = str(tmp_path)
-    launch.write_json(f"{out}/error-rank1.json", {"outcome": "oom", "message": "RuntimeError: can't allocate memory"})
-    launch.write_json(f"{out}/node1.json", {"outcome": "oom", "message": "rank 1: RuntimeError: ..."})
+    for name, report in reports.items():
+        store.write_json(f"{out}/{name}.json", report)
     procs = sleepers(1)
     start = time.monotonic()
-    o = launch._wait(t, procs, out, start, launch.Node(rank=0))
-    assert time.monotonic() - start < 60  # not the 300 s timeout
+    o = launch._wait(t, procs, out, start, launch.Node(rank=node))
+    return o, time.monotonic() - start, procs
+
+
+def test_node_0_stops_its_blocked_ranks_when_a_rank_of_node_1_reports_oom(tmp_path):
+    out = str(tmp_path)
+    o, waited, procs = wait_on_node(0, out, {
+        "error-rank1": {"outcome": "oom", "message": "RuntimeError: can't allocate memory"},
+        "node1": {"outcome": "oom", "message": "rank 1: RuntimeError: ..."},
+    })  # fmt: skip
+    assert waited < 60  # not the 300 s timeout
     assert (o.outcome, o.message) == ("oom", "rank 1: RuntimeError: can't allocate memory")
     assert all(p.poll() is not None for p in procs)
     assert json.load(open(f"{out}/node0.json"))["outcome"] == "oom"  # node 1 learns what was recorded
@@ -120,14 +130,11 @@ def test_node_0_stops_its_blocked_ranks_when_a_rank_of_node_1_reports_oom(tmp_pa
 
 
 def test_node_1_stops_when_node_0_has_recorded_the_trial(tmp_path):
-    t = make_trial(TINY + ["hardware=cpu-x1", "cluster.nodes=2", "measure.timeout_s=300"])
-    out = str(tmp_path)
-    launch.write_json(f"{out}/error-rank0.json", {"outcome": "nan", "message": "NonFiniteLoss: loss is nan"})
-    launch.write_json(f"{out}/node0.json", {"outcome": "nan", "message": "rank 0: NonFiniteLoss: loss is nan"})
-    procs = sleepers(1)
-    start = time.monotonic()
-    o = launch._wait(t, procs, out, start, launch.Node(rank=1))
-    assert time.monotonic() - start < 60 and all(p.poll() is not None for p in procs)
+    o, waited, procs = wait_on_node(1, str(tmp_path), {
+        "error-rank0": {"outcome": "nan", "message": "NonFiniteLoss: loss is nan"},
+        "node0": {"outcome": "nan", "message": "rank 0: NonFiniteLoss: loss is nan"},
+    })  # fmt: skip
+    assert waited < 60 and all(p.poll() is not None for p in procs)
     assert o.outcome == "nan" and o.recorded and "node 0 recorded nan: rank 0: NonFiniteLoss" in o.message
 
 

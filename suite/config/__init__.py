@@ -4,38 +4,9 @@
 - `compose`: Hydra (conf/) to a `Trial`, the one way every command and test composes;
 - `validate`: every problem of a trial at once, architecture-aware, and what the machine lacks.
 
-The schema's names are re-exported here (`from suite.config import Trial`).
+The settings most callers need are re-exported here (`from suite.config import Trial`).
 """
 
-from suite.config.schema import (
-    ATTENTIONS,
-    DEVICES,
-    ENGINES,
-    FAULTS,
-    GPU_COUNTS,
-    OFFLOADS,
-    PRECISIONS,
-    PREDICTION_ONLY,
-    RECOMPUTES,
-    TASKS,
-    ZERO_STAGES,
-    ClusterConfig,
-    Config,
-    DebugConfig,
-    HardwareConfig,
-    MeasureConfig,
-    MethodsConfig,
-    ModelConfig,
-    RecipeConfig,
-    SearchConfig,
-    StoreConfig,
-    Trial,
-    WandbConfig,
-)
+from suite.config.schema import ClusterConfig, Config, HardwareConfig, MethodsConfig, ModelConfig, SearchConfig, Trial
 
-__all__ = [
-    "ATTENTIONS", "DEVICES", "ENGINES", "FAULTS", "GPU_COUNTS", "OFFLOADS", "PRECISIONS", "PREDICTION_ONLY",
-    "RECOMPUTES", "TASKS", "ZERO_STAGES", "ClusterConfig", "Config", "DebugConfig", "HardwareConfig",
-    "MeasureConfig", "MethodsConfig", "ModelConfig", "RecipeConfig", "SearchConfig", "StoreConfig", "Trial",
-    "WandbConfig",
-]  # fmt: skip
+__all__ = ["ClusterConfig", "Config", "HardwareConfig", "MethodsConfig", "ModelConfig", "SearchConfig", "Trial"]

@@ -38,7 +38,9 @@ class OverrideError(ValueError):
 
 @functools.cache
 def for_hydra(cls: type) -> type:
-    """A copy of a schema dataclass that OmegaConf accepts: Literal fields typed by their values."""
+    """A copy of a schema dataclass that OmegaConf accepts: Literal fields typed by their values.
+    It is an attribute of this module (`Hydra<Name>`), so that pickle (submitit's Slurm jobs
+    carry Hydra's state) refers to it by name instead of copying it."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -52,7 +54,15 @@ def for_hydra(cls: type) -> type:
             factory = f.default_factory
             default = {"default_factory": for_hydra(factory) if dataclasses.is_dataclass(factory) else factory}
         out.append((f.name, kind, dataclasses.field(**default)))
-    return dataclasses.make_dataclass(cls.__name__, out)
+    name = f"Hydra{cls.__name__}"
+    made = dataclasses.make_dataclass(name, out)
+    made.__module__, made.__qualname__ = __name__, name
+    globals()[name] = made
+    return made
+
+
+HYDRA_SCHEMA = for_hydra(Config)
+"""What Hydra's ConfigStore holds as `config_schema` (made on import: an unpickled job finds it)."""
 
 
 def model_name(hf_config: str) -> str:
@@ -74,7 +84,7 @@ def register(program: str = "", usage: str = "") -> None:
 
     if program:
         _usage.update(program=program, text=usage.strip())
-    ConfigStore.instance().store(name="config_schema", node=for_hydra(Config))
+    ConfigStore.instance().store(name="config_schema", node=HYDRA_SCHEMA)
     OmegaConf.register_new_resolver("model_name", model_name, replace=True)
     OmegaConf.register_new_resolver("suite_program", lambda _job: _usage["program"], replace=True)
     OmegaConf.register_new_resolver("suite_usage", lambda _job: _usage["text"] or _usage["program"], replace=True)

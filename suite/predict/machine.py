@@ -3,7 +3,7 @@
 A GPU profile's constants come from its datasheet (`conf/hardware/<gpu>.yaml`: peak FLOP/s, memory,
 link and host bandwidths) and from the published defaults of the libraries the worker runs
 (below); a machine that ran `suite-predict calibrate` uses what it measured instead. A CPU
-worker has no datasheet: its constants are always measured (`suite.predict.calibrate`), and
+worker has no datasheet: its constants are always measured (`suite.calibrate`), and
 stored per machine under `results/calibration/<host>/<key>.json` (`calibration_key`).
 
 GPU defaults and their sources:
@@ -114,7 +114,7 @@ class Machine:
     collective (`loop_sync`; "comm": recorded, not used, see `loop_scale`). What a real
     training loop costs beyond the microbenchmarks (autograd, the engine's hooks and
     bookkeeping; fresh memory's first touch is modelled, `first_touch`). The reference is a
-    calibration model, never a scored one (`suite.predict.calibrate.reference_trial`);
+    calibration model, never a scored one (`suite.calibrate.reference_trial`);
     calibrate measures zero0's compute and optimizer scales, which stand for an engine not
     measured; empty: 1.0 (the datasheet's constants)."""
     probe_flops: float = 0.0
@@ -219,10 +219,9 @@ def loop_scale(m: Machine, methods, part: str) -> float:
     engine's was not measured; 1.0 where nothing was. Communication takes the compute scale.
 
     A calibration also records each engine's own communication scale ("comm"), for diagnosis
-    only: over six calibrations of one day (2026-12-01) it ranged 0.85-5.12 for ZeRO-2 and
-    1.2-2.6 for ZeRO-3, and predicting with it scored worse than with the compute scale (median
-    step-time error 15.4% against 12.3% over 15 pairs of a measured run and a calibration,
-    worst 25.5% against 17.3%; `benchmarks/prediction_accuracy.py --rescore`)."""
+    only: it varies several-fold between calibrations of one machine, and predicting with it
+    scored worse than with the compute scale (`benchmarks/prediction_accuracy.py --rescore`;
+    the figures: results/benchmarks/README.md)."""
     assert part in ("compute", "optimizer"), part
     for key in (engine_key(methods), "zero0"):
         if part in m.step_scale.get(key, {}):
@@ -232,14 +231,9 @@ def loop_scale(m: Machine, methods, part: str) -> float:
 
 def loop_sync(m: Machine, methods) -> float:
     """Seconds each collective of this engine costs in a real loop beyond its microbenchmark and
-    the compute scale (`m.step_scale[engine]["sync"]`, `suite.predict.calibrate.step_scales`);
-    0 where this engine was not measured: another engine's collectives are not this one's.
-
-    Scored on the 144 trials of `benchmarks/prediction_accuracy.py` run 4 (2026-12-01), with
-    that sitting's calibration: median step-time error 13.0% with communication at the compute
-    scale alone (every engine predicted too fast, FSDP2 by 15-24%, ZeRO-3 by 20%), 9.4% with
-    each engine's own communication scale (FSDP2 20% too slow), 5.7% with this cost per
-    collective. The choice was made on those trials; run 5 scores it out of sample."""
+    the compute scale (`m.step_scale[engine]["sync"]`, `suite.calibrate.step_scales`); 0 where
+    this engine was not measured: another engine's collectives are not this one's. Without it
+    every engine was predicted too fast (results/benchmarks/README.md, prediction accuracy)."""
     return m.step_scale.get(engine_key(methods), {}).get("sync", 0.0)
 
 

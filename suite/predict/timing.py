@@ -13,7 +13,7 @@ Compute is a roofline over every operator of the traced micro-step (`suite.predi
 
     t_op = max(flops / matmul_rate(shape), bytes / memory_rate(op, bytes)) + first_touch + op_overhead_s
 
-and the machine's measured loop scales multiply each part (`suite.predict.calibrate.step_scales`:
+and the machine's measured loop scales multiply each part (`suite.calibrate.step_scales`:
 real trials of a calibration model, measured against their prediction from the microbenchmarks
 alone; what a real loop costs beyond its operators and collectives measured one at a time):
 compute and the communication of a micro-step and of the boundary by ZeRO-0's
@@ -24,7 +24,7 @@ microbenchmark (the wait for the slower rank at each synchronization, the engine
 copies around it), measured on the same reference trial; a datasheet's scales are 1 and its
 sync 0.
 
-with matmul_rate measured by shape on a CPU (`suite.predict.calibrate`) or the GPU's dense
+with matmul_rate measured by shape on a CPU (`suite.calibrate`) or the GPU's dense
 peak times its matmul efficiency (`suite.predict.machine`), memory_rate measured by size (a
 small tensor stays in cache) or the datasheet's bandwidth, on a CPU per operator where its
 pace is its own (a softmax's exp and log, GELU's erf: `Machine.op_curves`), first_touch what
