@@ -1,8 +1,10 @@
-"""From stored trial results to time-to-train and cost tables, and the winner ready to launch.
+"""From stored trial records to time-to-train and cost tables, and the winner ready to launch: a
+library that the commands (cli/report.py, cli/predict.py) and the leaderboard both call.
 
 One module per concern:
 
-- `load`: every trial file under a path into one checked pandas frame (bad files skipped by name).
+- `load`: every trial file under a path into one checked pandas frame (bad files skipped by name);
+  `estimates.estimated_results` adds the estimates, the one pipeline every report starts from.
 - `prices`: the editable price tables in `conf/prices/` and the GPU profiles they are keyed by.
 - `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
   FLOPs-only (analytic) estimate and the MFU a published time implies.
@@ -11,7 +13,8 @@ One module per concern:
   whether the largest micro-batch that fits is the fastest, misfits).
 - `render`: the tables as Markdown, CSV and LaTeX (booktabs).
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.
-- `cli`: `suite-report` with one subcommand per use (`tables`, `export`).
+- `predicted`: predicted rows (`suite-predict`, `--predict`), every figure labelled predicted.
+- `accuracy`: predicted against measured for every stored ok or oom record.
 """
 
 
