@@ -7,6 +7,7 @@ loop calls: DeepSpeed ZeRO (`methods.engine=deepspeed`) and PyTorch FSDP2 (`fsdp
     eng.step()                      # the optimizer update, after the boundary micro-step
     eng.step_applied()              # False when fp16 overflow made the engine skip the update
     eng.record()                    # what ran: {"engine", "optimizer", ...} for the trial's metrics
+    eng.param_stats()               # {parameter: [elements, mean, std]} of the whole parameters (collective)
     eng.model                       # the model as built (inside the engine's wrappers), after build()
 
 Both engines scale each micro-step's loss by 1/gas before backward and reduce gradients
@@ -86,6 +87,8 @@ class Engine(Protocol):
     def step_applied(self) -> bool: ...
 
     def record(self) -> dict[str, Any]: ...
+
+    def param_stats(self) -> dict[str, list[float]]: ...
 
 
 def make(t: Trial, device: torch.device, gas: int) -> Engine:
@@ -175,7 +178,11 @@ class DeepSpeed:
         where = contextlib.nullcontext() if me.zero_stage == 3 else self.device
         with where:
             model = models.build(t.model, me.attention, me.recompute, dtype=methods.DTYPES[t.precision])
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=self.config)
+        # methods.optimizer=torch_fused: no optimizer section in the config, torch's handed in.
+        handed = methods.torch_adamw(t, model.parameters()) if me.optimizer == "torch_fused" else None
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=handed, model_parameters=model.parameters(), config=self.config
+        )
         self.model = self.engine.module
         if me.compile:
             self.engine.compile()
@@ -196,12 +203,43 @@ class DeepSpeed:
     def step_applied(self) -> bool:
         return self.engine.was_step_applied()  # False after an fp16 overflow (engine.py:3535-3541)
 
+    def param_stats(self) -> dict[str, list[float]]:
+        import deepspeed
+
+        out = {}
+        for name, p in self.model.named_parameters():
+            with deepspeed.zero.GatheredParameters([p]):  # ZeRO-3: the whole parameter on every rank; below it, a no-op
+                out[_plain_name(name)] = _stats(_moments(p.detach()))
+        return out
+
     def record(self) -> dict[str, Any]:
+        whose = "torch fused" if self.t.methods.optimizer == "torch_fused" else "deepspeed"
         return {
             "engine": self.name,
-            "optimizer": f"deepspeed {type(self.engine.basic_optimizer).__name__}",
+            "optimizer": f"{whose} {type(self.engine.basic_optimizer).__name__}",
             "optimizer_wrapper": type(self.engine.optimizer).__name__,
         }
+
+
+def _plain_name(name: str) -> str:
+    """A parameter's name as the model class names it, without the wrappers recomputation and
+    torch.compile put in its path (so builds under different methods compare name by name)."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+
+
+def _moments(x: torch.Tensor) -> torch.Tensor:
+    """[element count, sum, sum of squares] of a tensor, in fp64 (summed over ranks where sharded)."""
+    x = x.double()
+    return torch.stack(
+        [torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device), x.sum(), x.square().sum()]
+    )
+
+
+def _stats(m: torch.Tensor) -> list[float]:
+    """[element count, mean, std] from `_moments` (the population std; 0 for an empty tensor)."""
+    n, s, ss = m.tolist()
+    mean = s / n if n else 0.0
+    return [n, mean, max(ss / n - mean * mean, 0.0) ** 0.5 if n else 0.0]
 
 
 def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -263,7 +301,7 @@ class FSDP2:
             fully_shard(compiled_in_place(model, unit) if me.compile else unit, **shard)
         fully_shard(model, **shard)
         self.model = model
-        self.optimizer = methods.fsdp2_optimizer(t, model.parameters())
+        self.optimizer = methods.torch_adamw(t, model.parameters())
         self.scaler = torch.amp.GradScaler(self.device.type) if t.precision == "fp16" else None
         self._scale_before = 0.0
 
@@ -291,6 +329,18 @@ class FSDP2:
     def step_applied(self) -> bool:
         # An overflow backs the scale off (x0.5); an applied step keeps or grows it.
         return self.scaler is None or self.scaler.get_scale() >= self._scale_before
+
+    def param_stats(self) -> dict[str, list[float]]:
+        import torch.distributed as dist
+
+        names, moments = [], []
+        for name, p in self.model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p  # this rank's shard of a DTensor
+            names.append(_plain_name(name))
+            moments.append(_moments(local.detach()).cpu())
+        total = torch.stack(moments).to(self.device)  # on the device: NCCL reduces no host tensor
+        dist.all_reduce(total)  # the shards' sums make the whole parameter's
+        return {name: _stats(m) for name, m in zip(names, total.cpu(), strict=True)}
 
     def record(self) -> dict[str, Any]:
         fused = "fused AdamW on the host" if self.t.methods.offload != "none" else "fused AdamW"

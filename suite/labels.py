@@ -34,11 +34,16 @@ def sharding_label(t: Trial) -> str:
     return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
 
 
+def optimizer_label(t: Trial) -> list[str]:
+    """The optimizer, where it is not the engine's own (methods.optimizer)."""
+    return [f"optimizer={t.methods.optimizer}"] if t.methods.optimizer != "engine" else []
+
+
 def methods_label(t: Trial) -> str:
     """The methods but the micro-batch: sharding, offload, recomputation, attention, compile."""
     me = t.methods
     parts = [sharding_label(t), f"offload={me.offload}", f"recompute={me.recompute}", f"attn={me.attention}"]
-    return " ".join(parts + (["compile"] if me.compile else []))
+    return " ".join(parts + (["compile"] if me.compile else []) + optimizer_label(t))
 
 
 def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
@@ -54,6 +59,7 @@ def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     parts.append(models.attention(t))
     if me.compile:
         parts.append("compile")
+    parts += optimizer_label(t)
     parts.append(t.precision)
     if kernel_path:
         parts.append(f"kernels {kernel_path}")
@@ -81,5 +87,5 @@ def describe(t: Trial) -> str:
     return (
         f"{t.model.name} {t.hardware.name} {sharding_label(t)} offload={me.offload} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={models.attention(t)}"
-        f"{' compile' if me.compile else ''} {precision}"
+        f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"
     )

@@ -4,7 +4,8 @@ the exported launch config alike.
 
 The optimizer is AdamW with the recipe's settings under both engines, each in its own fused
 implementation (DeepSpeed's FusedAdam or CPU Adam; torch's fused AdamW under FSDP2), so that
-no configuration pays for a slower kernel than its engine's own (see `deepspeed_config`).
+no configuration pays for a slower kernel than its engine's own (see `deepspeed_config`), unless
+`methods.optimizer=torch_fused` asks for torch's under DeepSpeed too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
     caller would instead run ZeRO-0 under fp16/bf16 through `FP16_UnfusedOptimizer`, per-tensor
     Python loops (`_configure_fp16_optimizer`, lines 2555-2608: only a FusedAdam gets the fused
     `FP16_Optimizer`), while ZeRO >= 1 would not: ZeRO-0's optimizer time would be inflated.
+    That is what `methods.optimizer=torch_fused` asks for, where DeepSpeed's ops cannot be built:
+    no "optimizer" section, and torch's fused AdamW handed in (`torch_adamw`; engines.DeepSpeed).
     """
     me, r = t.methods, t.model.recipe
     zero: dict[str, Any] = {"stage": me.zero_stage}
@@ -43,10 +46,14 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
         "train_batch_size": me.micro_batch * gas * t.devices,
         "gradient_clipping": r.grad_clip,
         "zero_optimization": zero,
-        "optimizer": {"type": "AdamW", "params": optimizer_params(t)},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if me.optimizer == "engine":
+        cfg["optimizer"] = {"type": "AdamW", "params": optimizer_params(t)}
+    elif me.offload != "none":
+        # A handed-in optimizer under offload is refused unless this is off (engine.py:2342-2346).
+        cfg["zero_force_ds_cpu_optimizer"] = False
     if t.precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif t.precision == "fp16":
@@ -86,9 +93,9 @@ def fsdp2_dtypes(t: Trial) -> tuple[torch.dtype | None, torch.dtype]:
     return (None if t.precision == "fp32" else DTYPES[t.precision]), torch.float32
 
 
-def fsdp2_optimizer(t: Trial, params) -> torch.optim.Optimizer:
-    """torch's fused AdamW (one kernel for all parameters; on the host too, under offload), on
-    the sharded fp32 parameters."""
+def torch_adamw(t: Trial, params) -> torch.optim.Optimizer:
+    """torch's fused AdamW (one kernel for all parameters; on the host too, under offload): FSDP2's
+    optimizer on the sharded fp32 parameters, and DeepSpeed's under `methods.optimizer=torch_fused`."""
     p = optimizer_params(t)
     return torch.optim.AdamW(params, lr=p["lr"], betas=tuple(p["betas"]), weight_decay=p["weight_decay"], fused=True)
 

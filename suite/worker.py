@@ -272,6 +272,8 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     reset_peaks(cuda)
     eng.build()
     build = peaks(cuda)
+    # Before any update, and outside both memory windows (the timed one starts after the warm-up).
+    param_stats = eng.param_stats() if t.measure.param_stats else None
 
     gen = torch.Generator().manual_seed(t.measure.seed * 1000 + rank)
     pool = [models.batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
@@ -303,6 +305,8 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         recompiles_timed=w.recompiles,
         probe_flops=probe,
     )
+    if param_stats is not None:
+        out["param_stats"] = param_stats
     return out
 
 
@@ -343,7 +347,9 @@ def classify(e: BaseException) -> str:
     import torch
 
     text = str(e).lower()
-    if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or any(m in text for m in OOM_MARKERS):
+    # torch.OutOfMemoryError is a newer name of torch.cuda.OutOfMemoryError (the same class); older torch lacks it.
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    if isinstance(e, (MemoryError, oom)) or any(m in text for m in OOM_MARKERS):
         return "oom"
     if isinstance(e, NonFiniteLoss):
         return "nan"

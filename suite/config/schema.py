@@ -21,6 +21,7 @@ Attention = Literal["eager", "sdpa", "flash_attention_2", "none"]
 Engine = Literal["deepspeed", "fsdp2"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Recompute = Literal["none", "full"]
+Optimizer = Literal["engine", "torch_fused"]
 Device = Literal["cpu", "cuda"]
 Fault = Literal["none", "hang", "kill", "nan", "oom", "overflow"]
 ZeroStage = Literal[0, 1, 2, 3]
@@ -31,6 +32,7 @@ ATTENTIONS: tuple[str, ...] = get_args(Attention)
 ENGINES: tuple[str, ...] = get_args(Engine)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 DEVICES: tuple[str, ...] = get_args(Device)
 FAULTS: tuple[str, ...] = get_args(Fault)
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
@@ -152,6 +154,10 @@ class MethodsConfig:
     """eager, sdpa or flash_attention_2, where the model class supports it. A model without
     attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`suite.models.attention`)."""
     compile: bool = False
+    optimizer: Optimizer = "engine"
+    """AdamW as the engine's own: DeepSpeed's FusedAdam (its CPU Adam under offload), torch's fused
+    AdamW under FSDP2; or torch_fused: torch's fused AdamW handed to DeepSpeed, where DeepSpeed's
+    JIT-compiled ops cannot be built (the GPU check falls back to it). Not in the id at its default."""
     precision: Literal["recipe", "fp32", "bf16", "fp16"] = "recipe"
     """recipe (the model's own; fp32 on CPU, see `Trial.precision`), or an override: fp32, bf16, fp16."""
 
@@ -178,6 +184,10 @@ class MeasureConfig:
     """With repeats=auto: the widest interval of the median accepted, as a fraction of the median."""
     max_repeats: int = 10
     """With repeats=auto: the most runs of one trial (MLPerf Training scores 3 to 10 runs)."""
+    param_stats: bool = False
+    """Also record each parameter's element count, mean and std as built, gathered where sharded
+    (`param_stats` in the metrics; the GPU check compares ZeRO-3's and FSDP2's builds with
+    ZeRO-0's). What is recorded beside the measurement, not what is measured: not in the id."""
 
 
 @dataclass
@@ -331,13 +341,15 @@ class Trial:
     @property
     def id(self) -> str:
         d = self.to_dict()
-        for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats"):
+        for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats", "param_stats"):
             d["measure"].pop(how)  # how to run it, not what is measured
         for k in PREDICTION_ONLY:  # describe the hardware to the predictor; ids predate them
             d["hardware"].pop(k)
         if d["nodes"] == 1:
             d.pop("nodes")  # one-node ids predate the field and stay as they were
         me = d["methods"]
+        if me["optimizer"] == "engine":
+            del me["optimizer"]  # ids predate the setting and stay as they were
         if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
             del me["engine"], me["reshard_after_forward"]  # DeepSpeed ids predate the engine and stay as they were
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

@@ -21,6 +21,7 @@ from suite.config.schema import (
     FAULTS,
     GPU_COUNTS,
     OFFLOADS,
+    OPTIMIZERS,
     PRECISIONS,
     RECOMPUTES,
     TASKS,
@@ -145,6 +146,11 @@ def _engine_problems(me: MethodsConfig) -> list[str]:
                 "methods.offload=optimizer is not available under methods.engine=fsdp2: its CPUOffloadPolicy "
                 "offloads parameters, gradients and optimizer state together; set methods.offload=optimizer+params"
             )
+        if me.optimizer == "torch_fused":
+            p.append(
+                "methods.optimizer=torch_fused applies to methods.engine=deepspeed only: FSDP2's own optimizer "
+                "is torch's fused AdamW already; leave methods.optimizer=engine"
+            )
     elif me.engine == "deepspeed":
         if me.reshard_after_forward is not None:
             p.append(
@@ -185,6 +191,7 @@ def problems(t: Trial) -> list[str]:
     _choice(p, "methods.offload", me.offload, OFFLOADS)
     _choice(p, "methods.recompute", me.recompute, RECOMPUTES)
     _choice(p, "methods.attention", me.attention, ATTENTIONS)
+    _choice(p, "methods.optimizer", me.optimizer, OPTIMIZERS)
     _choice(p, "methods.precision", me.precision, ("recipe",) + PRECISIONS)
     _positive(p, "methods.micro_batch", me.micro_batch)
     p += _engine_problems(me)

@@ -120,23 +120,7 @@ def bytes_per_element(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def _adam_temporaries(t: Trial, elements: float, source_rank: str) -> list[Term]:
-    """Temporaries of the optimizer step beyond its states. DeepSpeed builds its own AdamW
-    when `methods.deepspeed_config` has an "optimizer" section (FusedAdam / DeepSpeedCPUAdam:
-    one fused pass, in place); a torch AdamW handed in with foreach=True keeps one fp32
-    temporary the size of its parameters, sqrt of the second moment
-    (torch/optim/adam.py, `_multi_tensor_adam`: exp_avg_sq_sqrt = torch._foreach_sqrt(...))."""
-    from suite import methods
-
-    cfg = methods.deepspeed_config(t, 1)
-    if "optimizer" in cfg or t.hardware.device == "cuda":
-        return []
-    return [
-        Term(f"AdamW foreach sqrt(v) temporary ({source_rank})", 4 * elements, "torch/optim/adam.py:_multi_tensor_adam")
-    ]
-
-
-def _partition_step(t: Trial, part: float, w: int, buffer: list[Term]) -> list[Term]:
+def _partition_step(part: float, w: int, buffer: list[Term]) -> list[Term]:
     """The larger of the step's two moments (stage_1_and_2.py:3108-3139): the partition's
     gradients are flattened (a copy, while the buffer they come from is still held) and
     converted to fp32 (a copy unless they are fp32 already: `.to` of the same dtype is the
@@ -144,7 +128,7 @@ def _partition_step(t: Trial, part: float, w: int, buffer: list[Term]) -> list[T
     flat = Term("flattened gradient partition", w * part, "stage_1_and_2.py:3110-3117")
     fp32 = [Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:3118")] if w != 4 else []
     convert = buffer + [flat] + fp32
-    update = (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+    update = fp32 or [flat]  # every AdamW the worker steps with is fused: one pass, in place
     return convert if Layout.total(convert) >= Layout.total(update) else update
 
 
@@ -169,8 +153,6 @@ def _zero0(lay: Layout, t: Trial, tr: Trace) -> None:
         lay.optimizer.append(Term("fp32 flat gradients at the step", 4 * p, "fp16/fused_optimizer.py:286-291"))
         lay.build.append(Term("16-bit clones flattened", 2 * w * p, "fp16/fused_optimizer.py:94-96"))
         lay.build.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
-    else:
-        lay.optimizer += _adam_temporaries(t, p, "all parameters")
 
 
 def _offloads(t: Trial) -> tuple[bool, bool]:
@@ -209,7 +191,7 @@ def _zero12(lay: Layout, t: Trial, tr: Trace) -> None:
         largest = max(tr.param_numels)
         lay.steady.append(Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660"))
     else:
-        lay.optimizer = _partition_step(t, part, w, [] if buffer in lay.steady else [buffer])
+        lay.optimizer = _partition_step(part, w, [] if buffer in lay.steady else [buffer])
     lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
     lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
 
@@ -252,7 +234,7 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     if not off_opt:  # flattened, then converted to fp32 (a copy unless fp32 already)
         flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
         fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
-        convert, update = [flat] + fp32, (fp32 or [flat]) + _adam_temporaries(t, part, "the partition")
+        convert, update = [flat] + fp32, fp32 or [flat]
         lay.optimizer = convert if Layout.total(convert) >= Layout.total(update) else update
     if t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))

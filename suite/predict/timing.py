@@ -354,15 +354,15 @@ def optimizer_seconds(t: Trial, tr: Trace, m: Machine, nodes: int, net: Network)
 
 def _adam_kind(t: Trial) -> str:
     """Which AdamW the worker steps with: DeepSpeed's own when its config names an optimizer
-    (suite.methods.deepspeed_config), torch's fused AdamW under FSDP2, else the torch AdamW
-    the worker hands in (foreach on CPU, fused on CUDA)."""
+    (suite.methods.deepspeed_config), else torch's fused AdamW (FSDP2's, and the one handed to
+    DeepSpeed under methods.optimizer=torch_fused)."""
     from suite import methods
 
     if getattr(t.methods, "engine", "deepspeed") == "fsdp2":
         return "torch_fused"
     if "optimizer" in methods.deepspeed_config(t, 1):
         return "deepspeed_cpu" if t.methods.offload != "none" else "deepspeed"
-    return "torch_fused" if t.hardware.device == "cuda" else "torch"
+    return "torch_fused"
 
 
 def load_host_adam() -> float | None:
