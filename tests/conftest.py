@@ -55,6 +55,17 @@ def single_rank_env(**extra: str) -> dict[str, str]:
     return os.environ | {"DS_ACCELERATOR": "cpu", **rank, **extra}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip where torch sees no CUDA GPU (`pytest -m gpu` runs them on one)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def calibration_dir(tmp_path_factory):
     """Calibrations a test makes (a CPU search measures this machine's constants first) go to
