@@ -79,7 +79,7 @@ class Session:
                 self.rows[c.name] = Row(c.name, "skipped", verdicts={"run": f"skipped: {why}"})
             else:
                 pending.append((c, t))
-        ops = sorted({op_needed(t) for _, t in pending} - {None})
+        ops = [op for op in OPS if op in {op_needed(t) for _, t in pending}]
         build = environment.OpBuild(ops, self.env.unbuildable, self.out, OPS_TIMEOUT_S)
         predicted = self.predict({c.name: t for c, t in pending})  # on the CPU, beside the trials
         ops_row = self.trials_and_build(pending, build)

@@ -204,7 +204,7 @@ class OpBuild:
         self.why = {op: cannot[op] for op in ops if op in cannot}
         """op -> why it is not built (filled in by `wait`)."""
         self.no_deepspeed: str | None = None
-        self.clock, self.started = clock, clock()
+        self.clock, self.started, self.started_at = clock, clock(), time.time()
         self.deadline, self.wall_s = self.started + timeout_s, 0.0
         self.timeout_s = timeout_s
         self.logs = {op: log_dir / f"ops-{OPS[op]}.log" for op in ops}
@@ -226,7 +226,7 @@ class OpBuild:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)  # nvcc and ninja with it
                 p.wait()
-                _drop_lock(OPS[op])
+                _drop_lock(OPS[op], self.started_at)
                 self.why[op] = f"not built within {self.timeout_s:.0f} s (see {self.logs[op].name})"
                 continue
             if rc == NO_DEEPSPEED:
@@ -238,12 +238,15 @@ class OpBuild:
         return self.why
 
 
-def _drop_lock(name: str) -> None:
+def _drop_lock(name: str, since: float) -> None:
     """A build killed while it held torch's lock file leaves it behind, and every later build of the
-    op would wait on it forever (torch.utils.cpp_extension, `_jit_compile`): it is ours to remove."""
+    op would wait on it forever (torch.utils.cpp_extension, `_jit_compile`). A lock made since our
+    build started is our build's to remove; an older one, another process's (a shared cache), is not."""
     from torch.utils.cpp_extension import _get_build_directory
 
-    (Path(_get_build_directory(name, verbose=False)) / "lock").unlink(missing_ok=True)
+    lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+    if lock.exists() and lock.stat().st_mtime >= since - 2.0:  # file times lag time.time() by a tick
+        lock.unlink(missing_ok=True)
 
 
 def _last_line(path: Path) -> str:

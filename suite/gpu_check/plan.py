@@ -71,7 +71,8 @@ def plan() -> list[Check]:
         Check("ZeRO-2 offload bf16", {"zero_stage": 2, "offload": "optimizer", **bf16}, (*TIMED, "loss"), s + 15),
         Check("forced OOM", {"zero_stage": 0, "micro_batch": OOM_MICRO_BATCH, **bf16}, ("oom",), s),
         # torch.compile of each block: about a minute on the first run (no cache on a fresh machine).
-        Check("compile", {**fsdp, "compile": True}, (*TIMED, "recompiles"), s + 65),
+        # No memory verdict: the predictor does not model compile's fusions, which save activations.
+        Check("compile", {**fsdp, "compile": True}, ("mfu", "skipped", "profile", "recompiles"), s + 65),
         Check("flash_attention_2", {"zero_stage": 0, "attention": "flash_attention_2", **bf16}, TIMED, s + 3),
         # fp16: a few more warm-up steps while the loss scale settles.
         Check("ZeRO-0 fp16", {"zero_stage": 0, "precision": "fp16"}, TIMED, s + 5),
