@@ -220,6 +220,20 @@ def original_phrase(data: pd.DataFrame) -> str:
 
 # ---- the six figures ----------------------------------------------------------------------------
 
+DAYS_TEXT = (
+    "One panel per model, one line per GPU type; x: GPUs (CPU workers on a CPU budget), y: days to train the "
+    "model's full recipe (on a log scale where they span more than a factor of 8). Each point is the fastest "
+    "configuration of its budget that ran (the table 'Each model across budgets'), at its median step time, "
+    "with error bars at the ends of the median's interval."
+)
+COST_TEXT = (
+    "One panel per model and kind of cost; x: days to train, y: the cost of that time (each on a log scale where "
+    "it spans more than a factor of 8). Owned: the hardware's purchase price amortized over its life "
+    "(conf/prices/owned.yaml, Khandelwal et al. 2024's); cloud: GPU-hours at the price per GPU-hour of "
+    "conf/prices/cloud.yaml. Each point is the fastest configuration of a budget (labelled by its GPU count); "
+    "error bars at the ends of the median's interval. The line joins the Pareto front, the budgets no other beats "
+    "on both time and cost: solid for measured, dashed for predicted, never one front of both."
+)
 DAYS_KEYS = ["model", "recipe", "series", "budget", "n_gpus", "source", "config", "original_gpus", "original_days"]
 BANDS = ("median", "p90")
 
@@ -245,10 +259,7 @@ def days_data(x: Inputs) -> Plotted | str:
     data, left_out = _capped(data, ["model", "recipe"], "models")
     ran = data[data["source"] == "measured"]
     text = [
-        "One panel per model, one line per GPU type; x: GPUs (CPU workers on a CPU budget), y: days to train the "
-        "model's full recipe (on a log scale where they span more than a factor of 8). Each point is the fastest "
-        "configuration of its budget that ran (the table 'Each model across budgets'), at its median step time, "
-        "with error bars at the ends of the median's interval.",
+        DAYS_TEXT,
         measured_phrase(ran, "budgets", x) if len(ran) else "Nothing measured on these models.",
         predicted_phrase(_predicted(x, "predicted_days"), "the darker band at the median, the lighter at p90"),
         original_phrase(data),
@@ -296,13 +307,7 @@ def cost_data(x: Inputs) -> Plotted | str:
     data, left_out = _capped(data.reset_index(drop=True), ["model", "recipe", "cost_kind"], "panels")
     ran = data[data["source"] == "measured"].drop_duplicates("trial_id")
     text = [
-        "One panel per model and kind of cost; x: days to train, y: the cost of that time (each on a log scale where "
-        "it spans more than a factor of 8). Owned: the "
-        "hardware's purchase price amortized over its life (conf/prices/owned.yaml, Khandelwal et al. 2024's); "
-        "cloud: GPU-hours at the price per GPU-hour of conf/prices/cloud.yaml. Each point is the fastest "
-        "configuration of a budget (labelled by its GPU count); error bars at the ends of the median's interval. "
-        "The line joins the Pareto front, the budgets no other beats on both time and cost: solid for measured, "
-        "dashed for predicted, never one front of both.",
+        COST_TEXT,
         measured_phrase(ran, "budgets", x) if len(ran) else "No measured budget has a price.",
         predicted_phrase(_predicted(x, "predicted_days"), "error bars at p90"),
     ]
@@ -326,6 +331,13 @@ def _rows_capped(frame: pd.DataFrame, what: str) -> tuple[pd.DataFrame, tuple]:
     return out, (f"{len(rest)} more {what} not drawn (choose with --model / --budget): {'; '.join(rest)}",)
 
 
+def _pair_phrase(data: pd.DataFrame, what: str, x: Inputs, sides: tuple[str, str]) -> str:
+    """`measured_phrase` of rows that each compare two medians, their columns prefixed by `sides`."""
+    runs = pd.concat([data[f"{side}runs"] for side in sides], ignore_index=True)
+    level = pd.concat([data[f"{side}step_time_ci_level"] for side in sides], ignore_index=True)
+    return measured_phrase(data, what, x, runs, level)
+
+
 VERDICTS = (
     "Filled blue: significantly faster; filled vermillion: significantly slower (the two intervals, each from 2+ "
     "runs, do not overlap); grey diamond, 'tied': the intervals overlap, so the runs cannot tell the two apart "
@@ -342,8 +354,6 @@ def speedup_data(x: Inputs) -> Plotted | str:
             "and another memory method both ran ok"
         )
     data, left_out = _rows_capped(data, "(model, budget) groups")
-    runs = pd.concat([data["runs"], data["naive_runs"]], ignore_index=True)
-    level = pd.concat([data["step_time_ci_level"], data["naive_step_time_ci_level"]], ignore_index=True)
     text = [
         "Rows grouped by (model, budget): each memory method (sharding, offload, recomputation) by its fastest "
         "configuration that ran ok, against the naive configuration of its group, named on the group's first line "
@@ -351,7 +361,7 @@ def speedup_data(x: Inputs) -> Plotted | str:
         "each memory method over the naive configuration'. x: speed-up = naive median step time / this one - 1, "
         "on a log scale of that ratio; bars: the same at the ends of the two intervals of the median.",
         VERDICTS,
-        measured_phrase(data, "configurations", x, runs, level),
+        _pair_phrase(data, "configurations", x, ("", "naive_")),
     ]
     return Plotted(data.reset_index(drop=True), " ".join(text), left_out)
 
@@ -450,8 +460,6 @@ def micro_batch_data(x: Inputs) -> Plotted | str:
     if mb.empty:
         return "no (model, budget, methods) where two or more micro-batches ran ok"
     data, left_out = _rows_capped(mb, "(model, budget) groups")
-    runs = pd.concat([data["largest_runs"], data["smaller_runs"]], ignore_index=True)
-    level = pd.concat([data["largest_step_time_ci_level"], data["smaller_step_time_ci_level"]], ignore_index=True)
     text = [
         "The seed paper timed only the largest micro-batch that fits, assuming it the fastest. Rows grouped by "
         "(model, budget): each case holds the other methods fixed (the table 'Is the largest micro-batch that fits "
@@ -461,7 +469,7 @@ def micro_batch_data(x: Inputs) -> Plotted | str:
         "the smaller is faster.",
         VERDICTS,
         micro_batch_answer(mb),
-        measured_phrase(data, "cases", x, runs, level),
+        _pair_phrase(data, "cases", x, ("largest_", "smaller_")),
     ]
     return Plotted(data.reset_index(drop=True), " ".join(text), left_out)
 
