@@ -42,7 +42,7 @@ from analysis.tables import (
 
 MAX_PANELS = 6
 """Panels per figure (two columns at single-column width); the rest are named, not drawn."""
-MAX_ROWS = 40
+MAX_ROWS = 24
 """Rows of a speed-up figure (3, 6); whole (model, budget) groups are kept or left out."""
 
 
@@ -179,9 +179,13 @@ def _capped(frame: pd.DataFrame, keys: list[str], what: str, limit: int = MAX_PA
     if len(groups) <= limit:
         return frame, ()
     kept = set(groups[:limit])
-    rest = [" · ".join(map(str, g)) for g in groups[limit:]]
-    note = f"{len(rest)} more {what} not drawn (choose with --model / --budget): {'; '.join(rest)}"
-    return frame[[tuple(k) in kept for k in frame[keys].values]], (note,)
+    rest = [" · ".join(str(v) for k, v in zip(keys, g, strict=True) if k != "recipe") for g in groups[limit:]]
+    return frame[[tuple(k) in kept for k in frame[keys].values]], (_left_out(rest, what),)
+
+
+def _left_out(rest: list[str], what: str, named: int = 12) -> str:
+    more = f"; and {len(rest) - named} more" if len(rest) > named else ""
+    return f"{len(rest)} more {what} not drawn (choose with --model / --budget): {'; '.join(rest[:named])}{more}."
 
 
 def caption(spec: Spec, p: Plotted) -> str:
@@ -328,7 +332,7 @@ def _rows_capped(frame: pd.DataFrame, what: str) -> tuple[pd.DataFrame, tuple]:
     keep = set(kept)
     out = frame[[tuple(k) in keep for k in frame[GROUP].values]]
     rest = [f"{m} · {b}" for m, _, b in list(sizes.index)[len(kept) :]]
-    return out, (f"{len(rest)} more {what} not drawn (choose with --model / --budget): {'; '.join(rest)}",)
+    return out, (_left_out(rest, what),)
 
 
 def _pair_phrase(data: pd.DataFrame, what: str, x: Inputs, sides: tuple[str, str]) -> str:
@@ -379,7 +383,8 @@ def front_data(x: Inputs) -> Plotted | str:
     if ok.empty:
         return "no configuration ran ok"
     data = ok[FRONT_COLUMNS].sort_values(["model", "recipe", "n_gpus", "budget", "peak_mem_gib"], kind="stable")
-    data = data.reset_index(drop=True)
+    data, left_out = _capped(data.reset_index(drop=True), GROUP, "budgets")
+    m = m.merge(data[GROUP].drop_duplicates(), on=GROUP)  # the budgets drawn: each is a group of its own
     fastest = set(best_per_budget(m)["trial_id"])
     tied = set(m[tied_with_fastest(m)]["trial_id"])
     data["fastest"] = data["trial_id"].isin(fastest)
@@ -388,7 +393,6 @@ def front_data(x: Inputs) -> Plotted | str:
     for _, g in data.groupby(GROUP):
         # The front: nothing else is faster with no more memory (peak up, throughput down).
         data.loc[g.index, "on_front"] = pareto(g["peak_mem_gib"], -g["tokens_per_s"])
-    data, left_out = _capped(data, GROUP, "budgets")
     text = [
         "One panel per budget: every configuration that ran ok, its throughput (tokens/s, or images/s for an image "
         "model, at the median step time) against its peak memory per device (the largest of its runs and devices). "

@@ -42,6 +42,7 @@ is only comparable between trials of the same recipe. `attention` and `precision
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -104,10 +105,15 @@ def _name(kind: Any) -> str:
     return kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # resolved once per class: a load checks thousands of records
+
+
 def type_problems(config: Any, prefix: str = "") -> list[str]:
     """Fields of a (nested) config dataclass whose value is missing or of the wrong type."""
     problems = []
-    hints = typing.get_type_hints(type(config))
+    hints = _hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):

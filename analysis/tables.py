@@ -240,53 +240,56 @@ def _methods_key(trial: dict) -> str:
     return json.dumps({k: v for k, v in trial["methods"].items() if k != "micro_batch"}, sort_keys=True)
 
 
+def _micro_batch_case(case: list[dict]) -> dict | None:
+    """One case's row of `micro_batches` (its rows as dicts: a store of thousands has as many
+    cases), or None where fewer than two micro-batches ran `ok`."""
+    ok = sorted((r for r in case if r["outcome"] == "ok"), key=lambda r: r["micro_batch"])
+    if len(ok) < 2:
+        return None
+    largest, smaller = ok[-1], ok[:-1]
+    larger = sorted((r for r in case if r["micro_batch"] > largest["micro_batch"]), key=lambda r: r["micro_batch"])
+    bound = f"{larger[0]['outcome']} at {larger[0]['micro_batch']}" if larger else "no larger one tried"
+    better = [  # faster than the largest, and separated from it (compare assumes its first is faster)
+        r
+        for r in smaller
+        if r["step_time_s"] < largest["step_time_s"] and compare(r, largest)[0] == "significantly faster"
+    ]
+    pick = min(better or smaller, key=lambda r: r["step_time_s"])
+    if pick["step_time_s"] <= largest["step_time_s"]:
+        verdict, confidence = compare(pick, largest)
+        verdict = {"significantly faster": "smaller significantly faster"}.get(verdict, verdict)
+    else:
+        verdict, confidence = compare(largest, pick)
+        verdict = {"significantly faster": "largest significantly faster"}.get(verdict, verdict)
+    row = {k: largest[k] for k in GROUP}
+    row["methods"] = re.sub(r"\bmb \d+(x\d+)? ?", "", largest["config"]).strip()
+    for side, r in (("largest", largest), ("smaller", pick)):
+        row[f"{side}_micro_batch"] = r["micro_batch"]
+        for k in STEP_KEYS:
+            row[f"{side}_{k}"] = r[k]
+    lo, hi = speedup_ends(largest, pick)
+    return row | {
+        "largest_bound": bound,
+        "speedup_pct": speedup_pct(largest["step_time_s"], pick["step_time_s"]),
+        "speedup_lo_pct": lo,
+        "speedup_hi_pct": hi,
+        "verdict": verdict,
+        "confidence": confidence,
+    }
+
+
 def micro_batches(df: pd.DataFrame) -> pd.DataFrame:
     """Per (model, recipe, budget, methods but the micro-batch) where 2+ micro-batches ran `ok`: the
     largest that ran against the smaller ones. `smaller_*` is a smaller micro-batch significantly
     faster than the largest if there is one (the fastest of those), else the fastest smaller one;
     `verdict` and `confidence` come from `compare`; `largest_bound` says whether a larger one was
     tried and failed (then the largest is the largest that fits) or none was tried."""
-    cases = df.assign(_methods=[_methods_key(t) for t in df["trial"]])
-    rows = []
-    for _, case in cases.groupby(GROUP + ["_methods"]):
-        ok = _ok(case).sort_values("micro_batch")
-        if len(ok) < 2:
-            continue
-        largest = ok.iloc[-1]
-        larger = case[case["micro_batch"] > largest["micro_batch"]].sort_values("micro_batch")
-        bound = (
-            f"{larger.iloc[0]['outcome']} at {larger.iloc[0]['micro_batch']}" if len(larger) else "no larger one tried"
-        )
-        smaller = ok.iloc[:-1]
-        better = [  # faster than the largest, and separated from it (compare assumes its first is faster)
-            r
-            for _, r in smaller.iterrows()
-            if r["step_time_s"] < largest["step_time_s"] and compare(r, largest)[0] == "significantly faster"
-        ]
-        pick = min(better, key=lambda r: r["step_time_s"]) if better else smaller.loc[smaller["step_time_s"].idxmin()]
-        if pick["step_time_s"] <= largest["step_time_s"]:
-            verdict, confidence = compare(pick, largest)
-            verdict = {"significantly faster": "smaller significantly faster"}.get(verdict, verdict)
-        else:
-            verdict, confidence = compare(largest, pick)
-            verdict = {"significantly faster": "largest significantly faster"}.get(verdict, verdict)
-        row = {k: largest[k] for k in GROUP}
-        row["methods"] = re.sub(r"\bmb \d+(x\d+)? ?", "", largest["config"]).strip()
-        for side, r in (("largest", largest), ("smaller", pick)):
-            row[f"{side}_micro_batch"] = r["micro_batch"]
-            for k in STEP_KEYS:
-                row[f"{side}_{k}"] = r[k]
-        lo, hi = speedup_ends(largest, pick)
-        row.update(
-            largest_bound=bound,
-            speedup_pct=speedup_pct(largest["step_time_s"], pick["step_time_s"]),
-            speedup_lo_pct=lo,
-            speedup_hi_pct=hi,
-            verdict=verdict,
-            confidence=confidence,
-        )
-        rows.append(row)
-    return pd.DataFrame(rows, columns=MICRO_BATCH_COLUMNS)
+    keys = ["outcome", "micro_batch", "config", *GROUP, *STEP_KEYS]
+    cases: dict[tuple, list[dict]] = {}
+    for r, methods in zip(df[keys].to_dict("records"), map(_methods_key, df["trial"]), strict=True):
+        cases.setdefault((*(r[k] for k in GROUP), methods), []).append(r)
+    rows = [_micro_batch_case(cases[k]) for k in sorted(cases)]
+    return pd.DataFrame([r for r in rows if r], columns=MICRO_BATCH_COLUMNS)
 
 
 MICRO_BATCH_COLUMNS = (
