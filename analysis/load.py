@@ -15,7 +15,7 @@ e.g. every metric of a trial that did not run `ok`):
                                                                            is the task's unit: token or image)
     original_gpus, original_days                                           (the model's original run)
     engine, sharding, zero_stage, reshard_after_forward, offload, recompute, micro_batch, gas,
-    attention, compile, config
+    attention, compile, config, memory_methods
     kernel_path                                    (which fused kernels ran, where a model has them: Mamba)
     step_time_s, step_time_ci_lo_s, step_time_ci_hi_s, step_time_ci_level, runs,   (measured, `ok` only)
     step_time_between_std_s, step_time_within_std_s, noisy, extrapolated, gas_measured,
@@ -30,7 +30,8 @@ lo and hi are its own time). `step_time_between_std_s` is the spread between run
 one run); `step_time_within_std_s` the spread of the timed steps inside a run. Throughput,
 MFU and memory are those of the record's summary (suite/record.py).
 
-`sharding` labels the engine and its sharding (one of suite.labels.SHARDINGS); `config` is a short label of
+`sharding` labels the engine and its sharding (one of suite.labels.SHARDINGS); `memory_methods` the
+sharding, offload and recomputation alone ("ZeRO-1 recompute", "DDP"); `config` is a short label of
 the methods as they ran ("ZeRO-1 recompute mb 8x2 sdpa fp32", "FSDP2 full_shard mb 4x4 sdpa
 bf16", with the kernel path where a model has one); `recipe` labels what was measured ("batch
 16 x 128 tokens, 143,000 steps, fp32"; "batch 4096 images of 224x224, ..."), since a step time
@@ -41,6 +42,7 @@ is only comparable between trials of the same recipe. `attention` and `precision
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -52,7 +54,7 @@ import pandas as pd
 from analysis import ReportError
 from suite import models
 from suite.config import Trial
-from suite.labels import budget_label, config_label, recipe_label, sharding_label
+from suite.labels import budget_label, config_label, memory_methods_label, recipe_label, sharding_label
 from suite.record import OUTCOMES, SCHEMAS, Record
 
 NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
@@ -103,10 +105,15 @@ def _name(kind: Any) -> str:
     return kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # resolved once per class: a load checks thousands of records
+
+
 def type_problems(config: Any, prefix: str = "") -> list[str]:
     """Fields of a (nested) config dataclass whose value is missing or of the wrong type."""
     problems = []
-    hints = typing.get_type_hints(type(config))
+    hints = _hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
@@ -224,6 +231,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "attention": models.attention(t),
         "compile": me.compile,
         "config": config_label(t, gas, m.get("kernel_path")),
+        "memory_methods": memory_methods_label(t),
         "kernel_path": m.get("kernel_path"),
     }
     out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})

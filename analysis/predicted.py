@@ -10,7 +10,8 @@ prints them; `suite-report tables` and `leaderboard` take `--predict MODEL@HARDW
   fits one budget; `predicted_frame` and `predicted_table` give the rows and their report table.
   Every figure's column is `predicted_*`; they never join a measured frame.
 - `error_note`: the accuracy `suite-report accuracy --publish` last measured for this kind of
-  device (results/accuracy/), or that nothing was measured.
+  device (results/accuracy/), or that nothing was measured; `error_pct` its step-time error as
+  numbers (the band a figure draws).
 """
 
 from __future__ import annotations
@@ -65,6 +66,19 @@ def error_note(kind: str) -> dict[str, str]:
     fit = f"{s['fit_right_pct']:.0f}% right of {s['fit_n']}" if s.get("fit_n") else "not measured"
     source = f"|error| on {s['n_records']} {kind} trials ({s.get('source', '')})"
     return {"mem": mem, "time": time, "fit": fit, "source": source, "mem_short": mem_short, "time_short": time_short}
+
+
+def error_pct(kind: str) -> dict[str, float]:
+    """The step-time error published for `kind` as numbers, median and p90 of |error| in percent
+    (NaN where none was measured): what a figure draws as the band of a predicted point."""
+    from suite.predict import published_error
+
+    st = (published_error(kind) or {}).get("step_time_err_pct") or {}
+    measured = bool(st.get("n"))
+    return {
+        "step_time_error_median_pct": st["median"] if measured else math.nan,
+        "step_time_error_p90_pct": st["p90"] if measured else math.nan,
+    }
 
 
 def describe_error(err: dict[str, str]) -> str:
@@ -209,6 +223,7 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
         "budget": budget_label(base),
         "recipe": recipe_label(base),
         "device": base.hardware.device,
+        "gpu_name": base.hardware.gpu,
         "n_gpus": base.devices,
         "mem_budget_gib": base.hardware.mem_gib,
         "unit": base.unit,
@@ -221,6 +236,9 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
         "time_error": err["time"],
         "fit_error": err["fit"],
         "error_detail": describe_error(err),
+        **error_pct(base.hardware.device),
+        "original_gpus": base.model.recipe.original_gpus,
+        "original_days": base.model.recipe.original_days,
     }
     figures = ("device_gib", "step_time_s", "tokens_per_s", "mfu", "days", "gpu_hours", "cloud_usd", "owned_usd")
     for k in figures:

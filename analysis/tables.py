@@ -8,6 +8,8 @@ different step.
 - `across_budgets`: each model on every budget tried, including budgets where nothing fits.
 - `speedups`: best configuration against the naive one (plain data parallel, no offload, no
   recomputation; its fastest micro-batch), the paper's "memory-saving methods give up to 71%".
+- `method_speedups`: each memory method's fastest configuration against the naive one, with the
+  speed-up's interval (`speedup_ends`) and whether it is significant, tied or from single runs.
 - `did_not_fit`: every configuration that did not run `ok` (out of memory first), with why.
 - `engines`: DeepSpeed against FSDP2 at equal sharding (ZeRO-2 and shard_grad_op, ZeRO-3 and
   full_shard), per group and offload: each engine's fastest configuration, its peak memory,
@@ -145,6 +147,56 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index().sort_values(["model", "recipe", "budget"]).reset_index(drop=True)
 
 
+def speedup_ends(base: pd.Series, other: pd.Series) -> tuple[float, float]:
+    """The interval of `other`'s speed-up over `base` (two `ok` rows) from the intervals of their
+    medians: the same formula (estimates.speedup_pct) at the ends, the least (base's low end over
+    other's high end) and the most. It holds 0 exactly when the two intervals overlap (tied); for
+    two single runs it is a point."""
+    lo, hi = "step_time_ci_lo_s", "step_time_ci_hi_s"
+    return speedup_pct(base[lo], other[hi]), speedup_pct(base[hi], other[lo])
+
+
+def _versus(r: pd.Series, base: pd.Series) -> tuple[str, float]:
+    """`compare` of `r` with `base`, saying which way a significant difference goes."""
+    verdict, confidence = compare(r, base)
+    if verdict == "significantly faster" and r["step_time_s"] > base["step_time_s"]:
+        verdict = "significantly slower"
+    return verdict, confidence
+
+
+STEP_KEYS = ("step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "runs", "step_time_ci_level")
+METHOD_SPEEDUP_COLUMNS = [
+    *GROUP, "memory_methods", "config", *STEP_KEYS, "naive_config", *(f"naive_{k}" for k in STEP_KEYS),
+    "speedup_pct", "speedup_lo_pct", "speedup_hi_pct", "verdict", "confidence", "trial_id", "naive_trial_id",
+]  # fmt: skip
+
+
+def method_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, recipe, budget) and memory methods (sharding, offload, recomputation, any other
+    method): the fastest `ok` configuration with them against the naive one (as in `speedups`),
+    speedup_pct = (naive / this - 1) * 100 with its interval [speedup_lo_pct, speedup_hi_pct]
+    (`speedup_ends`), and `verdict` ("significantly faster", "significantly slower", "tied" or
+    single runs) with its confidence (`compare`). Groups without an ok naive configuration are left
+    out (`speedups` says why)."""
+    ok = _ok(df)
+    naive = _fastest(ok[is_naive(ok)]).set_index(GROUP)
+    methods = ok.loc[ok.groupby(GROUP + ["memory_methods"])["step_time_s"].idxmin()] if len(ok) else ok
+    rows = []
+    for _, r in methods[~is_naive(methods)].iterrows():
+        key = tuple(r[GROUP])
+        if key not in naive.index:
+            continue
+        n = naive.loc[key]
+        row = {k: r[k] for k in (*GROUP, "memory_methods", "config", *STEP_KEYS, "trial_id")}
+        row |= {f"naive_{k}": n[k] for k in ("config", *STEP_KEYS, "trial_id")}
+        row["speedup_pct"] = speedup_pct(n["step_time_s"], r["step_time_s"])
+        row["speedup_lo_pct"], row["speedup_hi_pct"] = speedup_ends(n, r)
+        row["verdict"], row["confidence"] = _versus(r, n)
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=METHOD_SPEEDUP_COLUMNS)
+    return out.sort_values([*GROUP, "step_time_s"]).reset_index(drop=True)
+
+
 # Equal sharding under the two engines: gradients and optimizer state sharded, parameters whole
 # between forward and backward; and everything sharded (load.SHARDINGS names them).
 ENGINE_PAIRS = (("ZeRO-2", "FSDP2 shard_grad_op"), ("ZeRO-3", "FSDP2 full_shard"))
@@ -188,61 +240,63 @@ def _methods_key(trial: dict) -> str:
     return json.dumps({k: v for k, v in trial["methods"].items() if k != "micro_batch"}, sort_keys=True)
 
 
+def _micro_batch_case(case: list[dict]) -> dict | None:
+    """One case's row of `micro_batches` (its rows as dicts: a store of thousands has as many
+    cases), or None where fewer than two micro-batches ran `ok`."""
+    ok = sorted((r for r in case if r["outcome"] == "ok"), key=lambda r: r["micro_batch"])
+    if len(ok) < 2:
+        return None
+    largest, smaller = ok[-1], ok[:-1]
+    larger = sorted((r for r in case if r["micro_batch"] > largest["micro_batch"]), key=lambda r: r["micro_batch"])
+    bound = f"{larger[0]['outcome']} at {larger[0]['micro_batch']}" if larger else "no larger one tried"
+    better = [  # faster than the largest, and separated from it (compare assumes its first is faster)
+        r
+        for r in smaller
+        if r["step_time_s"] < largest["step_time_s"] and compare(r, largest)[0] == "significantly faster"
+    ]
+    pick = min(better or smaller, key=lambda r: r["step_time_s"])
+    if pick["step_time_s"] <= largest["step_time_s"]:
+        verdict, confidence = compare(pick, largest)
+        verdict = {"significantly faster": "smaller significantly faster"}.get(verdict, verdict)
+    else:
+        verdict, confidence = compare(largest, pick)
+        verdict = {"significantly faster": "largest significantly faster"}.get(verdict, verdict)
+    row = {k: largest[k] for k in GROUP}
+    row["methods"] = re.sub(r"\bmb \d+(x\d+)? ?", "", largest["config"]).strip()
+    for side, r in (("largest", largest), ("smaller", pick)):
+        row[f"{side}_micro_batch"] = r["micro_batch"]
+        for k in STEP_KEYS:
+            row[f"{side}_{k}"] = r[k]
+    lo, hi = speedup_ends(largest, pick)
+    return row | {
+        "largest_bound": bound,
+        "speedup_pct": speedup_pct(largest["step_time_s"], pick["step_time_s"]),
+        "speedup_lo_pct": lo,
+        "speedup_hi_pct": hi,
+        "verdict": verdict,
+        "confidence": confidence,
+    }
+
+
 def micro_batches(df: pd.DataFrame) -> pd.DataFrame:
     """Per (model, recipe, budget, methods but the micro-batch) where 2+ micro-batches ran `ok`: the
     largest that ran against the smaller ones. `smaller_*` is a smaller micro-batch significantly
     faster than the largest if there is one (the fastest of those), else the fastest smaller one;
     `verdict` and `confidence` come from `compare`; `largest_bound` says whether a larger one was
     tried and failed (then the largest is the largest that fits) or none was tried."""
-    cases = df.assign(_methods=[_methods_key(t) for t in df["trial"]])
-    rows = []
-    for _, case in cases.groupby(GROUP + ["_methods"]):
-        ok = _ok(case).sort_values("micro_batch")
-        if len(ok) < 2:
-            continue
-        largest = ok.iloc[-1]
-        larger = case[case["micro_batch"] > largest["micro_batch"]].sort_values("micro_batch")
-        bound = (
-            f"{larger.iloc[0]['outcome']} at {larger.iloc[0]['micro_batch']}" if len(larger) else "no larger one tried"
-        )
-        smaller = ok.iloc[:-1]
-        better = [  # faster than the largest, and separated from it (compare assumes its first is faster)
-            r
-            for _, r in smaller.iterrows()
-            if r["step_time_s"] < largest["step_time_s"] and compare(r, largest)[0] == "significantly faster"
-        ]
-        pick = min(better, key=lambda r: r["step_time_s"]) if better else smaller.loc[smaller["step_time_s"].idxmin()]
-        if pick["step_time_s"] <= largest["step_time_s"]:
-            verdict, confidence = compare(pick, largest)
-            verdict = {"significantly faster": "smaller significantly faster"}.get(verdict, verdict)
-        else:
-            verdict, confidence = compare(largest, pick)
-            verdict = {"significantly faster": "largest significantly faster"}.get(verdict, verdict)
-        row = {k: largest[k] for k in GROUP}
-        row["methods"] = re.sub(r"\bmb \d+(x\d+)? ?", "", largest["config"]).strip()
-        for side, r in (("largest", largest), ("smaller", pick)):
-            row[f"{side}_micro_batch"] = r["micro_batch"]
-            for k in ("step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "runs"):
-                row[f"{side}_{k}"] = r[k]
-        row.update(
-            largest_bound=bound,
-            speedup_pct=speedup_pct(largest["step_time_s"], pick["step_time_s"]),
-            verdict=verdict,
-            confidence=confidence,
-        )
-        rows.append(row)
-    return pd.DataFrame(rows, columns=MICRO_BATCH_COLUMNS)
+    keys = ["outcome", "micro_batch", "config", *GROUP, *STEP_KEYS]
+    cases: dict[tuple, list[dict]] = {}
+    for r, methods in zip(df[keys].to_dict("records"), map(_methods_key, df["trial"]), strict=True):
+        cases.setdefault((*(r[k] for k in GROUP), methods), []).append(r)
+    rows = [_micro_batch_case(cases[k]) for k in sorted(cases)]
+    return pd.DataFrame([r for r in rows if r], columns=MICRO_BATCH_COLUMNS)
 
 
 MICRO_BATCH_COLUMNS = (
     GROUP
     + ["methods", "largest_micro_batch", "largest_bound"]
-    + [
-        f"{side}_{k}"
-        for side in ("largest", "smaller")
-        for k in ("step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s", "runs")
-    ]
-    + ["smaller_micro_batch", "speedup_pct", "verdict", "confidence"]
+    + [f"{side}_{k}" for side in ("largest", "smaller") for k in STEP_KEYS]
+    + ["smaller_micro_batch", "speedup_pct", "speedup_lo_pct", "speedup_hi_pct", "verdict", "confidence"]
 )
 
 
@@ -350,6 +404,28 @@ def speedup_table(df: pd.DataFrame) -> Table:
     return Table("speedup", "Speed-up of the best configuration over the naive one", speedups(df), columns, (note,))
 
 
+def method_speedup_table(df: pd.DataFrame) -> Table:
+    columns = (
+        MODEL, BUDGET, Column("memory_methods", "methods"), CONFIG, STEP, RUNS,
+        Column("naive_config", "naive configuration"),
+        Column("naive_step_time_s", "naive step (s)", "s",
+               interval=("naive_step_time_ci_lo_s", "naive_step_time_ci_hi_s")),
+        Column("naive_runs", "naive runs", "int"),
+        Column("speedup_pct", "speed-up [interval]", "%", interval=("speedup_lo_pct", "speedup_hi_pct")),
+        Column("verdict", "verdict"), Column("confidence", "confidence", "frac%"), RECIPE,
+    )  # fmt: skip
+    note = (
+        "Each memory method (sharding, offload, recomputation) by the fastest configuration that ran ok with it "
+        "(any micro-batch, attention, compile) against the naive one (plain data parallel, no offload, no "
+        "recomputation, its fastest micro-batch). Speed-up = naive median / this median - 1, [at the intervals' "
+        "ends: the naive low end over this high end, and the other way]; tied when the two intervals overlap "
+        "(the speed-up's interval holds 0); significant when they do not, each from 2+ runs; confidence: at "
+        "least the sum of the two intervals' levels minus 1."
+    )
+    title = "Speed-up of each memory method over the naive configuration"
+    return Table("method_speedup", title, method_speedups(df), columns, (note,))
+
+
 def micro_batch_table(df: pd.DataFrame) -> Table:
     mb = micro_batches(df)
 
@@ -362,7 +438,8 @@ def micro_batch_table(df: pd.DataFrame) -> Table:
         Column("largest_bound", "next larger"), step("largest"), Column("largest_runs", "largest: runs", "int"),
         Column("smaller_micro_batch", "smaller mb", "int"), step("smaller"),
         Column("smaller_runs", "smaller: runs", "int"),
-        Column("speedup_pct", "smaller's speed-up", "%"), Column("verdict", "verdict"),
+        Column("speedup_pct", "smaller's speed-up", "%", interval=("speedup_lo_pct", "speedup_hi_pct")),
+        Column("verdict", "verdict"),
         Column("confidence", "confidence", "frac%"), RECIPE,
     )  # fmt: skip
     notes = (
@@ -370,7 +447,8 @@ def micro_batch_table(df: pd.DataFrame) -> Table:
         "The seed paper assumed the largest micro-batch that fits is the fastest. Each case holds the "
         "methods fixed; the smaller micro-batch shown is one significantly faster than the largest if "
         "any is, else the fastest smaller one. Significant: the intervals of the two medians, each from "
-        "2+ runs, do not overlap; confidence: at least the sum of the two intervals' levels minus 1.",
+        "2+ runs, do not overlap; confidence: at least the sum of the two intervals' levels minus 1. "
+        "The smaller's speed-up [at the intervals' ends] = largest median / smaller median - 1.",
         "Next larger: the outcome of the next larger micro-batch tried (out of memory: the largest that "
         "fits), or none tried.",
     )
@@ -425,7 +503,8 @@ def published_table(published: pd.DataFrame) -> Table:
 def trials_table(df: pd.DataFrame, n: Notes) -> Table:
     columns = (
         MODEL, BUDGET, CONFIG, OUTCOME, STEP, RUNS, LEVEL, WITHIN,
-        Column("step_time_between_std_s", "between (s)", "s"), DAYS, n.analytic, MFU, PEAK, CLOUD, OWNED,
+        Column("step_time_between_std_s", "between (s)", "s"), DAYS, n.analytic,
+        Column("tokens_per_s", "tokens/s", "int"), MFU, PEAK, CLOUD, OWNED,
         Column("trial_id", "trial"), RECIPE,
         Column("cloud_price_source", "cloud price source"),
     )  # fmt: skip
@@ -441,6 +520,7 @@ def report(df: pd.DataFrame, published: pd.DataFrame, prices: Prices) -> list[Ta
         best_table(df, n),
         budgets_table(df, n),
         speedup_table(df),
+        method_speedup_table(df),
         micro_batch_table(df),
         engines_table(df),
         not_fit_table(df),

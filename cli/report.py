@@ -2,8 +2,10 @@
 
     suite-report tables results/                  # Markdown to the terminal; .md, .csv, .tex files written
     suite-report export results/ model=pythia-1b hardware=a6000-x4
-    suite-report leaderboard results/ -o leaderboard/index.html   # one HTML file with data and plots inlined
-    suite-report tables results/ --predict pythia-1b@a6000-x4     # (tables or leaderboard) predicted rows, apart
+    suite-report leaderboard results/ -o leaderboard/index.html   # one HTML file with data and plots inlined, the
+                                                                  # figures in leaderboard/figures/ (--no-figures)
+    suite-report figures results/ [--out reports/figures]           # PDF, PNG, CSV and caption of each figure
+    suite-report tables results/ --predict pythia-1b@a6000-x4     # (tables, figures, leaderboard) predictions, apart
     suite-report accuracy results/runs [--publish]  # predicted against measured (suite.predict), accuracy.json written
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
@@ -77,6 +79,25 @@ def run_tables(args: argparse.Namespace) -> None:
     print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
 
 
+def add_figures(p: argparse.ArgumentParser) -> None:
+    add_common(p)
+    p.add_argument("--out", type=Path, default=Path("reports/figures"), help="where the figures are written")
+    add_predict(p)
+    p.add_argument("--model", action="append", default=[], help="draw this model only (repeatable)")
+    p.add_argument("--budget", action="append", default=[], help="draw this budget only, e.g. a6000-x4 (repeatable)")
+
+
+def run_figures(args: argparse.Namespace) -> None:
+    from analysis.figures import Inputs, describe, scored, select, write_figures
+    from analysis.predicted import asked, predicted_frame
+
+    chosen = asked(args.predict)
+    df = analysed(args)
+    predicted = predicted_frame(chosen, load_prices(args.prices)) if chosen else None
+    figures = select(Inputs(df, str(args.path), predicted, scored(args.path)), args.model, args.budget)
+    print("\n".join(describe(write_figures(figures, args.out))))
+
+
 def add_export(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument(
@@ -131,16 +152,26 @@ def add_leaderboard(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("-o", "--out", type=Path, default=Path("reports/leaderboard/index.html"), help="the HTML file")
     add_predict(p)
+    p.add_argument(
+        "--figures",
+        type=Path,
+        help="where the figures for a paper are written, shown on the page (default: figures/ beside it)",
+    )
+    p.add_argument("--no-figures", action="store_true", help="write the page without the figures")
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
+    from analysis.figures import describe
     from analysis.predicted import asked
     from leaderboard.render import write_leaderboard
 
     chosen = asked(args.predict)
-    path, skipped = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu, chosen)
+    figures = None if args.no_figures else args.figures or args.out.parent / "figures"
+    path, skipped, written = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu, chosen, figures)
     for message in skipped:
         print(message, file=sys.stderr)
+    if written:
+        print("\n".join(describe(written)))
     print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")
 
 
@@ -176,6 +207,7 @@ class Command:
 
 COMMANDS = (
     Command("tables", "time-to-train and cost tables (Markdown, CSV, LaTeX)", add_tables, run_tables),
+    Command("figures", "the figures for a paper: PDF, PNG, their data as CSV and a caption", add_figures, run_figures),
     Command(
         "export",
         "the winning configuration as DeepSpeed JSON or FSDP config, TrainingArguments and a launch command",

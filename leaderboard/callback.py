@@ -27,5 +27,5 @@ class WriteLeaderboard(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         results = Path(config.store.dir)
-        path, _ = write_leaderboard(results, self.out or results / "leaderboard.html")
+        path, _, _ = write_leaderboard(results, self.out or results / "leaderboard.html")
         print(f"Leaderboard: {path.resolve()}  (open it in a browser)", flush=True)

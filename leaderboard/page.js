@@ -600,6 +600,22 @@
     }
   }
 
+  // The figures for a paper, drawn once by analysis/figures.py: each PNG inlined (a data: URI, the only
+  // images the page's policy loads), links to its files beside the page, and the figures not drawn.
+  function renderPaperFigures() {
+    const { drawn, skipped } = DATA.figures;
+    if (!drawn.length && !skipped.length) return;
+    const section = document.getElementById("plot-paper");
+    section.hidden = false;
+    const box = section.querySelector(".paper-figures");
+    for (const f of drawn) {
+      const files = el("p", { class: "files" }, ...f.files.map((x) => el("a", { href: x.href, text: x.label })));
+      box.append(el("div", { class: "paper-figure" }, el("h4", { text: f.title }),
+        el("img", { src: f.png, alt: f.caption }), files, el("p", { class: "caption", text: f.caption })));
+    }
+    for (const f of skipped) box.append(el("p", { class: "empty", text: `${f.title}: not drawn: ${f.why}` }));
+  }
+
   // ---- predicted rows: a section and table of their own, never in ROWS ------------------------
 
   const PREDICTED = DATA.predicted;
@@ -666,6 +682,7 @@
 
   renderHeader();
   renderPredicted();
+  renderPaperFigures();
   buildHead();
   fillSelect(F.model, [...new Set(ROWS.map((r) => r.model))].sort());
   fillSelect(F.hardware, [...new Set(ROWS.map((r) => r.hardware))].sort((a, b) => a.localeCompare(b, "en", { numeric: true })));

@@ -8,7 +8,9 @@ with --predict and drawn in a section of their own); this module computes none.
 
 Strings from configs and results travel only inside a `<script type="application/json">`
 block with `<`, `>` and `&` escaped, and page.js puts them on the page as text, never as
-markup. A Content-Security-Policy allows only this page's own script and style, by hash.
+markup. A Content-Security-Policy allows only this page's own script and style, by hash, and
+images from data: URIs: the figures for a paper (analysis.figures, written beside the page) are
+shown as their PNGs inlined, with links to their files.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ import datetime as dt
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
 from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner
+from analysis.figures import Written, caption
 from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
@@ -138,19 +143,57 @@ def _sha256(text: str) -> str:
 
 
 def page(
-    df: pd.DataFrame, skipped: list[str], source: str, prices: Prices, predicted: pd.DataFrame | None = None
+    df: pd.DataFrame,
+    skipped: list[str],
+    source: str,
+    prices: Prices,
+    predicted: pd.DataFrame | None = None,
+    figures: dict[str, list] | None = None,
 ) -> str:
     """The leaderboard of an estimated frame (analysis.estimates.add_estimates) as one HTML document,
-    with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a section apart."""
+    with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a section apart
+    and the figures of `figures` (`figures_payload`) under the plots."""
     style, script = _asset("page.css"), _asset("page.js")
     csp = (
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
-    data = script_json(payload(df, skipped, source, prices, predicted))
+    data = script_json(
+        payload(df, skipped, source, prices, predicted) | {"figures": figures or figures_payload(None, Path())}
+    )
     parts = {"csp": csp, "style": style, "script": script, "data": data}
     # One pass over the template: text put in is never scanned for placeholders again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
+
+
+FILE_LABELS = {".pdf": "PDF", ".png": "PNG", ".csv": "data (CSV)", ".txt": "caption (text)"}
+
+
+def _href(path: Path, page_dir: Path) -> str:
+    """A link from the page to a file beside it: relative (the page is opened from disk), and
+    never read as a scheme (`./`)."""
+    return "./" + quote(Path(os.path.relpath(path.resolve(), page_dir.resolve())).as_posix())
+
+
+def figures_payload(written: Written | None, page_dir: Path) -> dict[str, list]:
+    """The figures written for the page (analysis.figures): each PNG inlined as a data: URI (the
+    page's Content-Security-Policy loads images from data: only), a link to each of its files,
+    relative to the page, its caption; and the figures not drawn, with why."""
+    if written is None:
+        return {"drawn": [], "skipped": []}
+    drawn = []
+    for spec, plotted, paths in written.figures:
+        png = next(p for p in paths if p.suffix == ".png")
+        drawn.append(
+            {
+                "title": f"Figure {spec.number}. {spec.title}",
+                "caption": caption(spec, plotted).strip(),
+                "png": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode(),
+                "files": [{"label": FILE_LABELS[p.suffix], "href": _href(p, page_dir)} for p in paths],
+            }
+        )
+    skipped = [{"title": f"Figure {spec.number}. {spec.title}", "why": why} for spec, why in written.skipped]
+    return {"drawn": drawn, "skipped": skipped}
 
 
 def write_leaderboard(
@@ -159,15 +202,22 @@ def write_leaderboard(
     prices_dir: str | Path = PRICES_DIR,
     analytic_mfu: float = ANALYTIC_MFU,
     predict: Sequence[Asked] = (),
-) -> tuple[Path, list[str]]:
+    figures: str | Path | None = None,
+) -> tuple[Path, list[str], Written | None]:
     """Load every result under `results`, estimate, and write the page to `out`, with the
-    (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart;
-    returns the page and the files skipped."""
+    (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart and,
+    given a folder `figures`, the figures for a paper written there (analysis.figures) and shown
+    under the plots; returns the page, the files skipped and the figures written."""
     prices = load_prices(prices_dir)
     df, skipped = estimated_results(results, prices, analytic_mfu)
     predicted = predicted_frame(list(predict), prices) if predict else None
-    html = page(df, skipped, str(results), prices, predicted)
     target = Path(out)
+    written = None
+    if figures is not None:
+        from analysis.figures import Inputs, scored, write_figures
+
+        written = write_figures(Inputs(df, str(results), predicted, scored(results)), Path(figures))
+    html = page(df, skipped, str(results), prices, predicted, figures_payload(written, target.parent))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")
-    return target, skipped
+    return target, skipped, written

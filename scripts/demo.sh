@@ -24,4 +24,6 @@ echo "Results: $(pwd)/results/runs/ (one JSON file per trial)"
 # (every figure labelled predicted, with the error measured so far), in one report and on the page.
 predict=(--predict pythia-1b@rtx-3090-x2 --predict pythia-1b@a6000-x4 --predict pythia-1b@a100-80gb-x8)
 suite-report tables results/runs "${predict[@]}"
-suite-report leaderboard results/runs -o results/runs/leaderboard.html "${predict[@]}"  # the sweep's page, now with the predictions
+# The sweep's page, now with the predictions, and the figures for a paper beside it (PDF, PNG, CSV, caption).
+suite-report leaderboard results/runs -o results/runs/leaderboard.html --figures results/runs/figures "${predict[@]}"
+echo "Figures: $(pwd)/results/runs/figures/ (each as PDF, PNG, its data as CSV and its caption)"

@@ -1,7 +1,8 @@
 """Names of what a trial runs, for every reader: the trial line, the search, the tables, the page.
 
 One sharding label per engine mode (`SHARDINGS`, least sharded first), and the labels built
-from it: a configuration (`config_label`: "ZeRO-1 recompute mb 8x2 sdpa fp32"), a recipe
+from it: the memory methods (`memory_methods_label`: "ZeRO-1 recompute"), a configuration
+(`config_label`: "ZeRO-1 recompute mb 8x2 sdpa fp32"), a recipe
 (`recipe_label`), a budget (`budget_label`) and the one line a trial is announced with
 (`describe`). The leaderboard page gets `SHARDINGS` and `ENGINES` in its data, not a copy.
 """
@@ -46,15 +47,23 @@ def methods_label(t: Trial) -> str:
     return " ".join(parts + (["compile"] if me.compile else []) + optimizer_label(t))
 
 
-def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
-    """The methods as they ran, short: "ZeRO-1 recompute mb 8x2 sdpa fp32" (with the kernel path
-    where a model has one)."""
+def memory_methods_label(t: Trial) -> str:
+    """The memory methods alone, short: sharding, offload, recomputation ("ZeRO-1 recompute",
+    "DDP" for none of them)."""
     me = t.methods
     parts = [sharding_label(t)]
     if me.offload != "none":
         parts.append(f"offload {me.offload}")
     if me.recompute != "none":
         parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
+    return " ".join(parts)
+
+
+def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
+    """The methods as they ran, short: "ZeRO-1 recompute mb 8x2 sdpa fp32" (with the kernel path
+    where a model has one)."""
+    me = t.methods
+    parts = [memory_methods_label(t)]
     parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
     parts.append(models.attention(t))
     if me.compile:

@@ -242,9 +242,16 @@ def _read_arch(m: ModelConfig) -> Arch:
     )
 
 
+def _fields(obj):
+    """A dataclass as its fields, without asdict's deep copy (a key made for every record loaded)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return str(obj)
+
+
 def arch(m: ModelConfig) -> Arch:
     """`m`'s architecture facts (cached per model config); raises ModelError if it has none."""
-    key = json.dumps(dataclasses.asdict(m), sort_keys=True, default=str)
+    key = json.dumps(m, sort_keys=True, default=_fields)
     if key not in _archs:
         try:
             _archs[key] = _read_arch(m)

@@ -25,6 +25,7 @@ from analysis.tables import (
     best_per_budget,
     did_not_fit,
     is_naive,
+    method_speedups,
     micro_batch_answer,
     micro_batches,
     speedups,
@@ -574,6 +575,30 @@ def test_micro_batch_question_from_records(repeated):
     assert micro_batch_answer(micro_batches(df)).startswith(
         "A smaller micro-batch is significantly faster than the largest that ran in 1 of 3 cases with intervals "
         "(1 tied, 1 where the largest is significantly faster); 1 of 4 cases have single runs"
+    )
+
+
+def test_each_memory_method_against_the_naive_one_with_its_interval(repeated):
+    """ZeRO-1's best (2.05 [2.0, 2.1]) is significantly slower than the naive DDP (1.1 [1.04, 1.2]);
+    ZeRO-3's (1.02 [1.0, 1.05]) overlaps it: tied, its speed-up's interval holds 0; ZeRO-2 ran once."""
+    _, df = repeated
+    m = method_speedups(df).set_index("memory_methods")
+    assert list(m.index) == ["ZeRO-3", "ZeRO-1", "ZeRO-2"]  # fastest first; DDP is the naive one itself
+    assert set(m["naive_config"]) == {"DDP mb 1x8 sdpa fp32"} and set(m["naive_step_time_s"]) == {1.1}
+    z1, z2, z3 = m.loc["ZeRO-1"], m.loc["ZeRO-2"], m.loc["ZeRO-3"]
+    assert z1["verdict"] == "significantly slower" and z1["confidence"] == 0.5
+    assert z1["speedup_pct"] == estimates.speedup_pct(1.1, 2.05)
+    assert (z1["speedup_lo_pct"], z1["speedup_hi_pct"]) == (
+        estimates.speedup_pct(1.04, 2.1),
+        estimates.speedup_pct(1.2, 2.0),
+    )
+    assert z3["verdict"] == "tied" and z3["speedup_lo_pct"] < 0 < z3["speedup_hi_pct"]
+    assert z2["verdict"] == "single runs: no interval" and z2["config"] == "ZeRO-2 mb 2x4 sdpa fp32"
+    # The smaller micro-batch's speed-up carries its interval the same way.
+    ddp = micro_batches(df).set_index("methods").loc["DDP sdpa fp32"]
+    assert (ddp["speedup_lo_pct"], ddp["speedup_hi_pct"]) == (
+        estimates.speedup_pct(2.0, 1.2),
+        estimates.speedup_pct(2.1, 1.04),
     )
 
 

@@ -107,7 +107,7 @@ def frame(results) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def page(results, tmp_path_factory) -> Path:
-    out, skipped = write_leaderboard(results, tmp_path_factory.mktemp("page") / "index.html")
+    out, skipped, _ = write_leaderboard(results, tmp_path_factory.mktemp("page") / "index.html")
     assert len(skipped) == 1 and "torn.json" in skipped[0]
     return out
 
