@@ -1,8 +1,11 @@
-"""Shared test helpers: compose a trial from the real conf/ with Hydra's compose API."""
+"""Shared test helpers: compose a trial from the real conf/ with Hydra's compose API; the session's
+store of real trials and its one quick calibration; the files the project ships; the `gpu` marker."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +64,72 @@ def calibration_dir(tmp_path_factory):
     one folder of the session, never the repository's results/; subprocesses inherit it."""
     os.environ["SUITE_CALIBRATION_DIR"] = str(tmp_path_factory.getbasetemp() / "calibration")
     return os.environ["SUITE_CALIBRATION_DIR"]
+
+
+@pytest.fixture(scope="session")
+def calibrated(calibration_dir):
+    """One quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
+    minimal real trial), made once for the session in its calibration folder: the predictor's
+    tests read it and a CPU search (a subprocess) finds it there instead of calibrating again.
+    Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`, which exits 0."""
+    import sys
+
+    cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0 and "wrote " in out.stdout, out.stderr[-3000:]
+    return Path(calibration_dir)
+
+
+@pytest.fixture(scope="session")
+def trial_store(tmp_path_factory) -> Path:
+    """One store of real trials for the session: a test that reads facts of a trial runs it with
+    `measured`, and a trial another test has run already (the same trial id) is served from here."""
+    return tmp_path_factory.mktemp("trials")
+
+
+def measured(store: Path, overrides: list[str]):
+    """The record of the trial `overrides` compose, run once per session into `store`."""
+    from suite.runner import run_one
+
+    return run_one(make_trial(overrides), str(store), "test", in_sweep=True).record
+
+
+def measured_all(store: Path, trials: list[list[str]]) -> list:
+    """`measured` for independent trials, two side by side: a trial's two ranks leave part of
+    two cores idle (start-up, rendezvous, the launcher's waits); their figures are not timed here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda overrides: measured(store, overrides), trials))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped(pattern: str) -> list[Path]:
+    """The files of the repository that match `pattern` (a path glob from its root), as git
+    tracks them: what the project ships, not what else lies in the working tree (a user's own
+    YAML in conf/model/, say)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--", pattern], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+    )
+    files = sorted(ROOT / f for f in out.stdout.split("\0") if f)
+    assert files, f"git tracks no file matching {pattern}"
+    return files
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a CUDA GPU: they skip without one (`pytest -m gpu` runs them)."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    for item in gpu:
+        item.add_marker(no_gpu)
 
 
 def compose_cfg(overrides: list[str]):

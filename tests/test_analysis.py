@@ -333,11 +333,12 @@ import deepspeed, torch
 from deepspeed.runtime.config import DeepSpeedConfig
 from suite import models
 from suite.config import Trial
-from suite.engines import preload_built_ops
+from suite.ops import preload_built_ops, skip_shm_comm
 
 trial = Trial.from_dict(json.load(open(sys.argv[1])))
 cfg = json.load(open(sys.argv[2]))
 preload_built_ops()  # the ops scripts/setup.sh built, as a worker loads them
+skip_shm_comm()
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
 model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)

@@ -1,7 +1,9 @@
 """Sweeps on a real Slurm through the submitit launcher, and what each job asks for.
 
 The end-to-end tests start a single-node Slurm (tests/slurm_local.py) and skip, saying
-why, where Slurm is not installed or cannot be started.
+why, where Slurm itself is not installed or cannot be started (no root). The suite's own
+launchers and the submitit plugin, both installed with the suite, never make them skip: a
+broken install fails `test_the_suites_slurm_launchers_are_installed`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,8 @@ import slurm_local
 from conftest import TINY, compose_cfg, make_trial
 from test_trial import workers_of
 
-pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher is not installed")
-
-from suite import slurm  # noqa: E402 - needs the plugin
-from suite.config import ClusterConfig  # noqa: E402
+from suite import slurm
+from suite.config import ClusterConfig
 
 MISSING = slurm_local.missing()
 needs_slurm = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -48,6 +48,14 @@ def sweep(cluster, tmp_path, *overrides: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "cli.bench", "-m", "hydra/launcher=slurm", f"store.dir={tmp_path / 'runs'}"]
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.Popen([*cmd, *overrides], cwd=tmp_path, env=cluster.env, **out)
+
+
+def test_the_suites_slurm_launchers_are_installed():
+    """Hydra's submitit plugin (a core dependency) and the suite's launchers import as a Slurm
+    job imports them: from outside the repository, as installed."""
+    probe = [sys.executable, "-c", "import hydra_plugins.hydra_submitit_launcher, hydra_plugins.suite_launcher"]
+    out = subprocess.run(probe, cwd="/", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"reinstall the suite (pip install -e .): {out.stderr[-2000:]}"
 
 
 def test_each_job_asks_for_its_trials_gpus_cpus_memory_and_time():
