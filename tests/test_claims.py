@@ -104,8 +104,8 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path, monkeypatch):
         holder.wait()
 
 
-@pytest.mark.slow
 def test_two_jobs_asking_for_one_trial_at_once_measure_it_once(tmp_path):
+    """The quick tier's one real DeepSpeed trial (two processes, seconds)."""
     t = make_trial(TINY)
     with ThreadPoolExecutor(2) as pool:
         ran = list(pool.map(lambda _: run_one(t, str(tmp_path), "test", in_sweep=True), range(2)))
