@@ -191,3 +191,20 @@ def test_repeats_are_checked_and_are_not_part_of_the_trial_id():
         "measure.max_repeats=5 is too few for measure.repeats=auto: a 95% interval of the median needs at least 6 runs"
     ]
     assert "measure.repeats='often'" in problems(make_trial(TINY + ["measure.repeats=often"]))[0]
+
+
+def test_a_record_of_an_unknown_or_newer_schema_is_refused_by_name(tmp_path):
+    """A store a newer suite wrote (suite.trial/3), or a file of no schema, is never read by guess:
+    the store names the file and the schemas it reads; the reports skip it, saying so."""
+    from analysis.load import load_results
+
+    rec, _ = runs_of([1.0, 1.1])
+    for i, schema in enumerate(("suite.trial/3", None)):
+        d = rec.to_json() | {"schema": schema, "trial_id": f"t{i}"}
+        (tmp_path / f"t{i}.json").write_text(json.dumps(d))
+        with pytest.raises(record.UnknownSchema) as e:
+            store.load(tmp_path, f"t{i}")
+        assert str(tmp_path / f"t{i}.json") in str(e.value) and repr(schema) in str(e.value)
+        assert "this suite reads suite.trial/2 and suite.trial/1" in str(e.value)
+    frame, skipped = load_results(tmp_path)
+    assert frame.empty and len(skipped) == 2 and all("not a trial record of schema" in s for s in skipped)
