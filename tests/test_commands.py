@@ -125,21 +125,16 @@ def test_the_readme_tables_run_as_typed_and_elsewhere_say_where_results_are(tmp_
     assert out.returncode == 2 and line.startswith("suite-report tables: error: tests/fixtures/results does not exist")
 
 
-@pytest.fixture(scope="module")
-def readme_store(tmp_path_factory) -> Path:
-    """One store for the README's trials: the one trial and the sweep cut to its first trial are
-    the same trial, measured once."""
-    return tmp_path_factory.mktemp("readme") / "runs"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.startswith("suite-bench")])
-def test_a_readme_trial_command_runs_as_typed_anywhere(cmd, readme_store, tmp_path):
-    args = shrunk(shlex.split(cmd), [*CPU_SHRINK, f"store.dir={readme_store}"])
+def test_a_readme_trial_command_runs_as_typed_anywhere(cmd, trial_store, tmp_path):
+    """Shrunk, the one trial and the sweep cut to its first trial are conftest's TINY trial: one
+    measurement in the session's store serves both, and the ZeRO tests."""
+    args = shrunk(shlex.split(cmd), [*CPU_SHRINK, f"store.dir={trial_store}"])
     out = run(args, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^\[         ok\] pythia-14m cpu-x2 DDP ", out.stdout, re.M), out.stdout[-2000:]
-    assert f"-> {readme_store}/" in out.stdout
+    assert f"-> {trial_store}/" in out.stdout
 
 
 @pytest.mark.slow
