@@ -215,3 +215,17 @@ def test_a_step_of_more_micro_steps_than_measured_is_extrapolated_from_them():
     assert m["extrapolated"] and (m["gas"], m["gas_measured"]) == (4, 2)
     assert m["step_time_min_s"] == 3 * 1.0 + 1.5 + 0.5 and m["step_time_max_s"] == pytest.approx(3 * 1.2 + 1.5 + 0.5)
     assert m["step_time_s"] == pytest.approx((5.0 + 5.6) / 2) and m["micro_time_s"] == pytest.approx(1.1)
+
+
+def test_ops_without_a_compiler_say_what_to_install_before_any_build(tmp_path, monkeypatch):
+    """setup.sh's `python -m suite.ops` on a machine without a C++ compiler: no op is built (an
+    empty build folder), and the error names the ops and the package to install."""
+    from suite import ops
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(ops.OpBuildError, match="cpu_adam, fused_adam need a C.. compiler") as e:
+        ops.build(log=lambda *_: None)
+    assert "apt-get install g++" in str(e.value) and not list(tmp_path.rglob("*.so"))  # nothing built
+    assert ops.main() == 1
