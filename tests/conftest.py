@@ -47,6 +47,37 @@ TINY_MEMBERS = {
 }
 
 
+# The real trials whose facts several tests read (the fixture that reads each: its trials), measured
+# once per session into `trial_store`, in the background from the session's start (`prefetch`).
+STAGES = [
+    (0, "none"),
+    (1, "none"),
+    (2, "none"),
+    (3, "none"),
+    (1, "optimizer"),
+    (2, "optimizer"),
+    (3, "optimizer"),
+    (3, "optimizer+params"),
+]
+# FSDP2 in both modes, with and without recomputation; the second also reports fp16 overflows
+# through the stand-in for the engine's flag (debug.fault=overflow, fp16 cannot train on CPU).
+FSDP2 = {
+    "full_shard": ["methods.reshard_after_forward=true"],
+    "shard_grad_op+recompute+overflow": [
+        "methods.reshard_after_forward=false",
+        "methods.recompute=full",
+        "debug.fault=overflow",
+        "debug.fault_rank=1",
+    ],
+}
+MEMBERS = ["masked-lm", "convnext", "mamba"]  # each under ZeRO-3; causal-lm's is among STAGES
+FACTS = {
+    "zero_results": [TINY + [f"methods.zero_stage={stage}", f"methods.offload={off}"] for stage, off in STAGES],
+    "fsdp2_results": [TINY + ["methods.engine=fsdp2", *extra] for extra in FSDP2.values()],
+    "zero3": [TINY_MEMBERS[member] + ["methods.zero_stage=3"] for member in MEMBERS],
+}
+
+
 def single_rank_env(**extra: str) -> dict[str, str]:
     """The environment of a one-process DeepSpeed job on the CPU, on a free port."""
     import socket
@@ -66,16 +97,44 @@ def calibration_dir(tmp_path_factory):
     return os.environ["SUITE_CALIBRATION_DIR"]
 
 
-@pytest.fixture(scope="session")
-def calibrated(calibration_dir):
-    """One quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
-    minimal real trial), made once for the session in its calibration folder: the predictor's
-    tests read it and a CPU search (a subprocess) finds it there instead of calibrating again.
-    Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`, which exits 0."""
+def _calibrate() -> subprocess.CompletedProcess:
     import sys
 
     cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+_prefetched: dict = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefetch(request, calibration_dir, trial_store):
+    """Start, in one background thread, the calibration and the FACTS trials that the selected
+    tests will read, so that they run while the tests before their readers run (a trial's ranks
+    leave part of two cores idle). A reader that comes first waits on the trial's claim in the
+    store and is then served from it; nothing is started for a tier that reads none of them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = {name for item in request.session.items for name in item.fixturenames}
+    pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
+    if "calibrated" in wanted:
+        _prefetched["calibrated"] = pool.submit(_calibrate)
+    for name, trials in FACTS.items():
+        for overrides in trials if name in wanted else []:
+            pool.submit(measured, trial_store, overrides)
+    yield
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def calibrated(calibration_dir):
+    """One quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
+    minimal real trial), made once for the session in its calibration folder (`prefetch` starts
+    it): the predictor's tests read it and a CPU search (a subprocess) finds it there instead of
+    calibrating again. Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`,
+    which exits 0."""
+    started = _prefetched.get("calibrated")
+    out = started.result() if started else _calibrate()
     assert out.returncode == 0 and "wrote " in out.stdout, out.stderr[-3000:]
     return Path(calibration_dir)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU_RUN, TINY, TINY_MEMBERS, make_trial, shipped
+from conftest import CPU_RUN, FACTS, MEMBERS, TINY, TINY_MEMBERS, make_trial, shipped
 from torch.utils.flop_counter import FlopCounterMode
 
 from analysis.load import recipe_label, row
@@ -312,19 +312,16 @@ def test_the_readme_lists_every_shipped_model():
 
 # --- real trials: each task's member and both new architectures under ZeRO-3 -------------------
 
-MEMBERS = ["masked-lm", "convnext", "mamba"]  # causal-lm's ZeRO-3 trial: tests/test_trial.py
-
 
 @pytest.fixture(scope="module")
-def zero3(tmp_path_factory):
-    """Each member's ZeRO-3 trial, two side by side (conftest `measured_all`), as a Ran: its
+def zero3(trial_store):
+    """Each member's ZeRO-3 trial (conftest FACTS), from the session's store, as a Ran: its
     record and how it came."""
     from concurrent.futures import ThreadPoolExecutor
 
-    d = tmp_path_factory.mktemp("members")
-    trials = {member: make_trial(TINY_MEMBERS[member] + ["methods.zero_stage=3"]) for member in MEMBERS}
+    trials = {member: make_trial(o) for member, o in zip(MEMBERS, FACTS["zero3"], strict=True)}
     with ThreadPoolExecutor(2) as pool:
-        ran = pool.map(lambda t: run_one(t, str(d), "test", in_sweep=True), trials.values())
+        ran = pool.map(lambda t: run_one(t, str(trial_store), "test", in_sweep=True), trials.values())
         return {member: (t, r) for (member, t), r in zip(trials.items(), ran, strict=True)}
 
 

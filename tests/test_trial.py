@@ -17,22 +17,11 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import CPU_RECIPE, TINY, make_trial, measured_all
+from conftest import CPU_RECIPE, FACTS, FSDP2, STAGES, TINY, make_trial, measured_all
 
 from suite import launch, models, store
 from suite.record import Record
 from suite.runner import run_one
-
-STAGES = [
-    (0, "none"),
-    (1, "none"),
-    (2, "none"),
-    (3, "none"),
-    (1, "optimizer"),
-    (2, "optimizer"),
-    (3, "optimizer"),
-    (3, "optimizer+params"),
-]
 
 
 def workers_of(t) -> list[psutil.Process]:
@@ -47,7 +36,7 @@ def workers_of(t) -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 def zero_results(trial_store):
     """One real 2-process trial per (stage, offload), from the session's store."""
-    asked = [TINY + [f"methods.zero_stage={stage}", f"methods.offload={offload}"] for stage, offload in STAGES]
+    asked = FACTS["zero_results"]
     recs = measured_all(trial_store, asked)
     return {key: (make_trial(o), rec) for key, o, rec in zip(STAGES, asked, recs, strict=True)}
 
@@ -245,30 +234,22 @@ def test_free_port_and_env_give_each_rank_its_identity(tiny):
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"], env["DS_ACCELERATOR"]) == ("1", "2", "12345", "cpu")
 
 
-# FSDP2 in both modes, with and without recomputation; the second also reports fp16 overflows
-# through the stand-in for the engine's flag (debug.fault=overflow, fp16 cannot train on CPU).
-FSDP2 = {
-    "full_shard": ["methods.reshard_after_forward=true"],
-    "shard_grad_op+recompute+overflow": [
-        "methods.reshard_after_forward=false",
-        "methods.recompute=full",
-        "debug.fault=overflow",
-        "debug.fault_rank=1",
-    ],
-}
-
-
 @pytest.fixture(scope="module")
-def fsdp2_results(tmp_path_factory):
+def fsdp2_results(tmp_path_factory, trial_store):
+    """FSDP2's trials from the session's store, kept in a folder of their own (the engines table reads it)."""
     d = tmp_path_factory.mktemp("fsdp2")
-    asked = [TINY + ["methods.engine=fsdp2", *extra] for extra in FSDP2.values()]
-    out = {name: (make_trial(o), rec) for name, o, rec in zip(FSDP2, asked, measured_all(d, asked), strict=True)}
+    asked = FACTS["fsdp2_results"]
+    recs = measured_all(trial_store, asked)
+    out = {name: (make_trial(o), rec) for name, o, rec in zip(FSDP2, asked, recs, strict=True)}
+    for _, rec in out.values():
+        store.save(d, rec)
     # Offload under FSDP2 needs an accelerator: recorded as unsupported, nothing launched.
     t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
     out["offload"] = (t, run_one(t, str(d), "test", in_sweep=True).record)
     return d, out
 
 
+@pytest.mark.slow
 def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_results, zero_results):
     base = zero_results[(0, "none")][1].metrics
     for name, (t, rec) in fsdp2_results[1].items():
@@ -290,6 +271,7 @@ def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_resu
     assert recomputed["hardware_flops_per_token"] > 1.1 * recomputed["model_flops_per_token"]
 
 
+@pytest.mark.slow
 def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
     m = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1].metrics
     # Rank 1 reports overflows on steps 1 and 2 (warm-up goes on until a step is applied) and on
@@ -299,11 +281,13 @@ def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
     assert m["timed_steps"] == 3 and len(m["loss_per_step"]) == 3
 
 
+@pytest.mark.slow
 def test_fsdp2_offload_on_cpu_is_unsupported(fsdp2_results):
     rec = fsdp2_results[1]["offload"][1]
     assert rec.outcome == "unsupported" and "CPUOffloadPolicy" in rec.message
 
 
+@pytest.mark.slow
 def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     t = make_trial(CPU_RECIPE + ["methods.engine=fsdp2", "hardware.mem_gib=0.1"])
     rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
@@ -311,6 +295,7 @@ def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     assert workers_of(t) == []
 
 
+@pytest.mark.slow
 def test_the_engines_table_and_an_fsdp2_export_from_real_records(fsdp2_results, zero_results, tmp_path):
     from transformers import HfArgumentParser, TrainingArguments
 
