@@ -49,6 +49,7 @@ print(runner.run_one(t, sys.argv[1], "test", in_sweep=True).fresh_runs)
 """
 
 
+@pytest.mark.slow  # seconds of subprocesses: the full tier
 def test_jobs_sharing_a_store_never_run_more_repeats_than_asked(tmp_path):
     here = str(Path(__file__).parent)
     asked = ["3", "5", "3", "5"]

@@ -104,6 +104,7 @@ def test_a_readme_command_for_gpus_that_are_not_here_says_so_once_and_exits_2(cm
     assert out.stdout == "" and not list(tmp_path.iterdir())  # nothing ran, nothing written
 
 
+@pytest.mark.slow  # seconds of subprocesses: the full tier
 def test_the_readme_prediction_runs_as_typed_anywhere(tmp_path):
     (cmd,) = [c for c in COMMANDS if c.startswith("suite-predict")]
     out = run(shlex.split(cmd), tmp_path, timeout=300)
@@ -112,6 +113,7 @@ def test_the_readme_prediction_runs_as_typed_anywhere(tmp_path):
     assert (tmp_path / "reports" / "predict" / "pythia-1b-a6000-x4.csv").exists()
 
 
+@pytest.mark.slow  # seconds of subprocesses: the full tier
 def test_the_readme_tables_run_as_typed_and_elsewhere_say_where_results_are(tmp_path):
     (cmd,) = [c for c in COMMANDS if c.startswith("suite-report tables")]
     (tmp_path / "tests").symlink_to(ROOT / "tests")  # the command names a folder of the checkout

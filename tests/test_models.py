@@ -256,6 +256,7 @@ FAKE_KERNELS = {
 }
 
 
+@pytest.mark.slow  # seconds of subprocesses: the full tier
 def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp_path):
     """With mamba-ssm and causal-conv1d importable (stand-ins here: the real ones need CUDA),
     the trial says "fast", and FLOPs are still counted through the PyTorch reference."""
