@@ -121,9 +121,13 @@ def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
 
 def calibrate_main(overrides: list[str], quick: bool) -> None:
     from suite.calibrate import calibrate
+    from suite.config.validate import absent_devices
     from suite.predict.machine import calibration_key, save_calibration
 
     t = replace(compose.trial(overrides), nodes=1)
+    absent = absent_devices(t)
+    if absent:
+        raise ReportError(f"{absent}: calibrate measures this machine's own devices")
     m = calibrate(t, quick=quick)
     print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
 

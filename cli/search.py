@@ -6,7 +6,8 @@
 How it searches and when it stops: suite/search.py and docs/search.md. It prints the winner with
 its median step time, interval, memory and days to train, the configurations statistically tied
 with it and what it spent; its log is `store.dir/search-<model>-<hardware>.json`. Bad settings
-exit 2, every problem listed.
+exit 2, every problem listed; so does a budget of GPUs this machine does not have (suite-predict
+answers for those).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cli import hydra_argv
 from suite import paths
 from suite.config.compose import register, trial_from_cfg
 from suite.config.schema import SearchConfig, Trial
-from suite.config.validate import problems
+from suite.config.validate import absent_devices, problems
 from suite.labels import describe, methods_label
 from suite.progress import Progress
 from suite.record import Record
@@ -96,6 +97,11 @@ def _main(cfg: DictConfig) -> None:
     if found:
         print("Invalid search base:", *[f"  - {p}" for p in found], sep="\n", file=sys.stderr)
         sys.exit(2)
+    absent = absent_devices(base)
+    if absent:  # every trial would be set aside for it: said once, before any
+        predict = " ".join(["suite-predict", *sys.argv[1:]])
+        print(f"suite-search: error: {absent}; a search measures trials here. Predict it: {predict}", file=sys.stderr)
+        sys.exit(2)
     progress = Progress()
 
     def run(t: Trial) -> Ran:
@@ -107,6 +113,7 @@ def _main(cfg: DictConfig) -> None:
     report = search(base, search_cfg, run)
     print(summary(base, report))
     out = Path(cfg.store.dir) / f"search-{base.model.name}-{base.hardware.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(log_of(base, report, search_cfg), indent=1))
     print(f"  search log: {out}")
 

@@ -6,15 +6,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+start=$SECONDS
 [ -d .venv ] || "$PY" -m venv .venv
 . .venv/bin/activate
-pip install -q --upgrade pip
 gpus=$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU ' || true)
-if [ "$gpus" = 0 ]; then
-  python -c "import torch" 2>/dev/null || pip install -q torch==2.13.0
-  export DS_ACCELERATOR=cpu
+[ "$gpus" = 0 ] && export DS_ACCELERATOR=cpu
+# The packages install once per pyproject.toml: a later run whose stamp matches skips pip (seconds).
+stamp=.venv/.suite-installed
+want=$( (cat pyproject.toml; echo "gpus=$gpus") | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "Installing the suite into .venv (the first time: a few minutes)..."
+  pip install -q --upgrade pip
+  if [ "$gpus" = 0 ]; then
+    python -c "import torch" 2>/dev/null || pip install -q torch==2.13.0
+  fi
+  pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
 fi
-pip install -q -e '.[test]'
 if [ "$gpus" != 0 ]; then
   # A CPU-only torch already here satisfies the project's torch range; every GPU trial would
   # then quietly run on the CPU. suite.detect says which torch this is and what to install.
@@ -40,13 +48,9 @@ if [ "$gpus" != 0 ]; then
   fi
 fi
 if [ "${DS_ACCELERATOR:-}" = cpu ]; then
-  # DeepSpeed compiles its CPU ops (shared-memory allreduce, CPU Adam, FusedAdam) on first use; do it
-  # once here (a few minutes, cached under ~/.cache/torch_extensions) rather than in a
-  # timed trial.
-  echo "Preparing DeepSpeed CPU ops (cached after the first time)..."
-  python - <<'PY'
-from deepspeed.accelerator import get_accelerator
-for name in ("ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder"):
-    get_accelerator().create_op_builder(name).load(verbose=False)
-PY
+  # DeepSpeed compiles the CPU ops a trial loads (CPU Adam, FusedAdam) on first use; build them
+  # here, side by side, once per machine (torch's cache, which every clone shares), rather than
+  # in a trial. Without a compiler this stops, saying what to install.
+  python -m suite.ops
 fi
+echo "Setup done in $((SECONDS - start)) s."

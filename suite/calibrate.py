@@ -315,7 +315,7 @@ def worker_main(spec_path: str, out_path: str) -> None:
     """One rank of the microbenchmarks (run by `calibrate`, like a trial's rank)."""
     import torch.distributed as dist
 
-    from suite.engines import preload_built_ops
+    from suite.ops import preload_built_ops
 
     preload_built_ops()  # DeepSpeed's Adams, without the JIT lock a killed rank could leave behind
     with open(spec_path) as f:

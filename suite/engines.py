@@ -72,6 +72,7 @@ import torch
 
 from suite import methods, models
 from suite.config import Trial
+from suite.ops import preload_built_ops, skip_shm_comm
 
 
 class Engine(Protocol):
@@ -108,54 +109,15 @@ class _ZeroConfig:
         return self.config["zero_optimization"]["stage"] == 3
 
 
-# DeepSpeed's JIT-compiled ops a trial may load: the CPU accelerator's shared-memory collectives,
-# CPU Adam (offload) and FusedAdam (every stage); scripts/setup.sh and the GPU check build them.
-JIT_OPS = ("ShareMemCommBuilder", "CPUAdamBuilder", "FusedAdamBuilder")
-
-
-def preload_built_ops() -> list[str]:
-    """Load DeepSpeed's ops that are already built straight from their files, into DeepSpeed's
-    own cache of loaded ops (`OpBuilder._loaded_ops`, op_builder/builder.py:549-551); returns
-    their names.
-
-    Through DeepSpeed's loader every process runs torch's JIT build, a no-op once built, while
-    holding a lock file in the shared build folder (torch/utils/cpp_extension.py, _jit_compile).
-    A worker killed in that moment (a timeout, a sweep stopped with SIGKILL) leaves the lock
-    behind, and every later trial's ranks then wait on it forever. Loading the built file
-    needs no lock. An op not built yet still goes through DeepSpeed's loader (and its lock)."""
-    import importlib.util
-    from pathlib import Path
-
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.ops.op_builder.builder import OpBuilder
-    from torch.utils.cpp_extension import _get_build_directory
-
-    loaded = []
-    for name in JIT_OPS:
-        builder = get_accelerator().create_op_builder(name)
-        if builder is None or builder.name in OpBuilder._loaded_ops:
-            continue
-        path = Path(_get_build_directory(builder.name, verbose=False)) / f"{builder.name}.so"
-        if not path.exists():
-            continue
-        spec = importlib.util.spec_from_file_location(builder.name, path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except (ImportError, OSError):  # built against another torch (a shared cache): DeepSpeed rebuilds it
-            continue
-        OpBuilder._loaded_ops[builder.name] = module
-        loaded.append(builder.name)
-    return loaded
-
-
 class DeepSpeed:
     name = "deepspeed"
 
     def __init__(self, t: Trial, device: torch.device, gas: int):
         import deepspeed
 
-        preload_built_ops()  # before init_distributed, which loads the shared-memory collectives
+        preload_built_ops()  # DeepSpeed's Adams, built by scripts/setup.sh
+        if device.type == "cpu":
+            skip_shm_comm()  # before init_distributed, which would build and load them
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
         self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas)
         self.dtype = methods.DTYPES[t.precision]

@@ -42,6 +42,10 @@ SCHEMA = "suite.trial/2"
 SINGLE_RUN_SCHEMA = "suite.trial/1"
 """Records written before repeats: one run, its figures at the top; `Record.from_json` reads them."""
 SCHEMAS = (SCHEMA, SINGLE_RUN_SCHEMA)
+class UnknownSchema(ValueError):
+    """A stored record of a schema this suite does not read."""
+
+
 OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
 """ok, oom, timeout, crashed, nan from a run (suite.launch); invalid, unsupported decided before any."""
 DECIDED = ("invalid", "unsupported")
@@ -198,9 +202,15 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A stored record in the current schema: a single-run one (suite.trial/1) upgraded."""
+        """A stored record in the current schema: a single-run one (suite.trial/1) upgraded; any
+        other schema (a newer suite's) raises `UnknownSchema`, never read by guess."""
         if d.get("schema") == SINGLE_RUN_SCHEMA:
             return _upgrade(d)
+        if d.get("schema") != SCHEMA:
+            raise UnknownSchema(
+                f"a record of schema {d.get('schema')!r}; this suite reads {' and '.join(SCHEMAS)} "
+                "(written by a newer suite? update this one, or give it another store.dir)"
+            )
         fields = ("trial_id", "sweep", "outcome", "message", "trial", "metrics", "wall_s", "provenance")
         return cls(
             **{k: d.get(k) for k in fields}, runs=[Run.from_json(r) for r in d.get("runs", [])], schema=d["schema"]

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from suite.record import Record
+from suite.record import Record, UnknownSchema
 
 CLAIM_SLACK_S = 60.0  # a holder ends within its trial's timeout plus this (start-up, store writes)
 
@@ -65,7 +65,10 @@ def load(store_dir: str | Path, trial_id: str) -> Record | None:
     if not p.exists():
         return None
     with open(p) as f:
-        return Record.from_json(json.load(f))
+        try:
+            return Record.from_json(json.load(f))
+        except UnknownSchema as e:
+            raise UnknownSchema(f"{p}: {e}") from None
 
 
 def save(store_dir: str | Path, record: Record) -> Path:

@@ -1,8 +1,11 @@
-"""Shared test helpers: compose a trial from the real conf/ with Hydra's compose API."""
+"""Shared test helpers: compose a trial from the real conf/ with Hydra's compose API; the session's
+store of real trials and its one quick calibration; the files the project ships; the `gpu` marker."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +47,37 @@ TINY_MEMBERS = {
 }
 
 
+# The real trials whose facts several tests read (the fixture that reads each: its trials), measured
+# once per session into `trial_store`, in the background from the session's start (`prefetch`).
+STAGES = [
+    (0, "none"),
+    (1, "none"),
+    (2, "none"),
+    (3, "none"),
+    (1, "optimizer"),
+    (2, "optimizer"),
+    (3, "optimizer"),
+    (3, "optimizer+params"),
+]
+# FSDP2 in both modes, with and without recomputation; the second also reports fp16 overflows
+# through the stand-in for the engine's flag (debug.fault=overflow, fp16 cannot train on CPU).
+FSDP2 = {
+    "full_shard": ["methods.reshard_after_forward=true"],
+    "shard_grad_op+recompute+overflow": [
+        "methods.reshard_after_forward=false",
+        "methods.recompute=full",
+        "debug.fault=overflow",
+        "debug.fault_rank=1",
+    ],
+}
+MEMBERS = ["masked-lm", "convnext", "mamba"]  # each under ZeRO-3; causal-lm's is among STAGES
+FACTS = {
+    "zero_results": [TINY + [f"methods.zero_stage={stage}", f"methods.offload={off}"] for stage, off in STAGES],
+    "fsdp2_results": [TINY + ["methods.engine=fsdp2", *extra] for extra in FSDP2.values()],
+    "zero3": [TINY_MEMBERS[member] + ["methods.zero_stage=3"] for member in MEMBERS],
+}
+
+
 def single_rank_env(**extra: str) -> dict[str, str]:
     """The environment of a one-process DeepSpeed job on the CPU, on a free port."""
     import socket
@@ -72,6 +106,100 @@ def calibration_dir(tmp_path_factory):
     one folder of the session, never the repository's results/; subprocesses inherit it."""
     os.environ["SUITE_CALIBRATION_DIR"] = str(tmp_path_factory.getbasetemp() / "calibration")
     return os.environ["SUITE_CALIBRATION_DIR"]
+
+
+def _calibrate() -> subprocess.CompletedProcess:
+    import sys
+
+    cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+_prefetched: dict = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefetch(request, calibration_dir, trial_store):
+    """Start, in one background thread, the calibration and the FACTS trials that the selected
+    tests will read, so that they run while the tests before their readers run (a trial's ranks
+    leave part of two cores idle). A reader that comes first waits on the trial's claim in the
+    store and is then served from it; nothing is started for a tier that reads none of them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = {name for item in request.session.items for name in item.fixturenames}
+    pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
+    if "calibrated" in wanted:
+        _prefetched["calibrated"] = pool.submit(_calibrate)
+    for name, trials in FACTS.items():
+        for overrides in trials if name in wanted else []:
+            pool.submit(measured, trial_store, overrides)
+    yield
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def calibrated(calibration_dir):
+    """One quick calibration of cpu-x2 on this machine (microbenchmarks in two processes and one
+    minimal real trial), made once for the session in its calibration folder (`prefetch` starts
+    it): the predictor's tests read it and a CPU search (a subprocess) finds it there instead of
+    calibrating again. Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`,
+    which exits 0."""
+    started = _prefetched.get("calibrated")
+    out = started.result() if started else _calibrate()
+    assert out.returncode == 0 and "wrote " in out.stdout, out.stderr[-3000:]
+    return Path(calibration_dir)
+
+
+@pytest.fixture(scope="session")
+def trial_store(tmp_path_factory) -> Path:
+    """One store of real trials for the session: a test that reads facts of a trial runs it with
+    `measured`, and a trial another test has run already (the same trial id) is served from here."""
+    return tmp_path_factory.mktemp("trials")
+
+
+def measured(store: Path, overrides: list[str]):
+    """The record of the trial `overrides` compose, run once per session into `store`."""
+    from suite.runner import run_one
+
+    return run_one(make_trial(overrides), str(store), "test", in_sweep=True).record
+
+
+def measured_all(store: Path, trials: list[list[str]]) -> list:
+    """`measured` for independent trials, two side by side: a trial's two ranks leave part of
+    two cores idle (start-up, rendezvous, the launcher's waits); their figures are not timed here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda overrides: measured(store, overrides), trials))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped(pattern: str) -> list[Path]:
+    """The files of the repository that match `pattern` (a path glob from its root), as git
+    tracks them: what the project ships, not what else lies in the working tree (a user's own
+    YAML in conf/model/, say)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--", pattern], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+    )
+    files = sorted(ROOT / f for f in out.stdout.split("\0") if f)
+    assert files, f"git tracks no file matching {pattern}"
+    return files
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a CUDA GPU: they skip without one (`pytest -m gpu` runs them)."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    for item in gpu:
+        item.add_marker(no_gpu)
 
 
 def compose_cfg(overrides: list[str]):

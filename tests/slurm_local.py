@@ -9,13 +9,11 @@ stood in for by tests/slurm_bin/sacct (answering from `squeue`).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ CLIENTS = ("munge", "sbatch", "squeue", "sinfo", "scancel")
 
 
 def missing() -> str | None:
-    """Why a local Slurm cannot run here, or None."""
+    """Why a local Slurm cannot run here (Slurm or munge absent, not root), or None."""
     absent = [d for d in DAEMONS + CLIENTS if shutil.which(d, path=f"{os.environ.get('PATH', '')}:/usr/sbin") is None]
     if absent:
         return f"Slurm is not installed ({', '.join(absent)} missing; apt-get install slurm-wlm munge)"
@@ -37,13 +35,7 @@ def missing() -> str | None:
         return "user munge is missing (reinstall the munge package)"
     if not Path("/etc/munge/munge.key").exists():
         return "/etc/munge/munge.key is missing (reinstall the munge package)"
-    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
-        return "hydra-submitit-launcher is not installed"
-    # Looked up from elsewhere than the repository, as a job sees the installed package.
-    probe = [sys.executable, "-c", "import hydra_plugins.suite_launcher"]
-    if subprocess.run(probe, cwd="/", capture_output=True, timeout=60).returncode:
-        return "the suite's Hydra launchers (hydra_plugins/suite_launcher) are not installed: pip install -e ."
-    return None
+    return None  # the suite's own launchers are no reason to skip: test_slurm.py fails without them
 
 
 def _free_port() -> int:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY, make_trial
+from conftest import TINY, make_trial, shipped
 
 from suite import paths
 from suite.config.validate import problems, unsupported
@@ -16,7 +16,8 @@ CONF = paths.conf_dir()
 
 
 def names(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """The configs of a group the project ships (as git tracks them; a user's own file aside)."""
+    return [p.stem for p in shipped(f"conf/{group}/*.yaml")]
 
 
 SHIPPED = [m for m in names("model") if m != "hf"]  # hf.yaml is the template for a user's config.json
@@ -194,6 +195,6 @@ def test_a_wheel_carries_every_config_group():
     """conf/ travels inside the package of a wheel (pyproject.toml maps it to suite/conf); each of
     its folders must be listed there, or a non-editable install would lack that group."""
     text = (paths.CHECKOUT / "pyproject.toml").read_text()
-    folders = {p.parent.relative_to(CONF) for p in CONF.rglob("*.yaml")}
+    folders = {p.parent.relative_to(CONF) for p in shipped("conf/*.yaml")}
     listed = {f"suite.conf.{'.'.join(f.parts)}" if f.parts else "suite.conf" for f in folders}
     assert all(f'"{pkg}"' in text for pkg in listed), sorted(p for p in listed if f'"{p}"' not in text)

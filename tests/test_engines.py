@@ -175,3 +175,57 @@ def test_zero3_builds_every_family_as_zero0_does():
         assert zero3["buffers"] == zero0["buffers"], model  # RoPE inv_freq stays fp32 under bf16
         if any("inv_freq" in k for k in zero3["buffers"]):
             assert {v for k, v in zero3["buffers"].items() if "inv_freq" in k} == {"torch.float32"}
+
+
+# --- metrics: rates at a known peak, an impossible timing, extrapolated accumulation ----------
+
+
+def test_rates_and_mfu_at_a_known_peak_where_fp32_runs_as_tf32():
+    """An A100 (datasheet: 156 dense TF32 TFLOPS, 19.5 FP32) runs fp32 matmuls as tf32, so its
+    fp32 MFU is against 156; a V100 has no tf32: 15.7. Rates by hand at 2 s per step."""
+    a100 = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"])
+    assert metrics.peak_flops(a100) == 156e12
+    v100 = make_trial(["model=pythia-160m", "hardware=v100-x8", "methods.precision=fp32"])
+    assert metrics.peak_flops(v100) == 15.7e12
+    assert metrics.peak_flops(make_trial(["model=pythia-160m", "hardware=a100-80gb-x8"])) == 312e12  # its recipe's fp16
+    assert metrics.peak_flops(make_trial(TINY)) is None  # a CPU has no datasheet peak
+    tokens_per_step = 1024 * 2048  # Pythia's recipe: 1024 sequences of 2048 tokens
+    r = metrics.rates(a100, 2.0, model_flops_per_token=1e9, hardware_flops_per_token=1.5e9)
+    assert r["tokens_per_s"] == tokens_per_step / 2.0 and r["tokens_per_s_per_device"] == tokens_per_step / 16.0
+    assert r["samples_per_s"] == 1024 / 2.0
+    assert r["mfu"] == pytest.approx(1e9 * tokens_per_step / 2.0 / (8 * 156e12))
+    assert r["hfu"] == pytest.approx(1.5 * r["mfu"]) and r["precision"] == "fp32"
+    assert metrics.rates(make_trial(TINY), 2.0, 1e9, 1e9)["mfu"] is None
+
+
+def test_an_mfu_above_100_percent_is_an_error_that_becomes_a_crashed_run():
+    t = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"])
+    with pytest.raises(metrics.ImplausibleTiming, match=r"implied MFU \d+% exceeds 100% of a100-80gb-x8's peak"):
+        metrics.rates(t, 1e-6, model_flops_per_token=1e9, hardware_flops_per_token=1e9)
+    # The worker records what it raises by its class: a wrong timing is a crashed run, measured again.
+    assert worker.classify(metrics.ImplausibleTiming("implied MFU 400%")) == "crashed"
+
+
+def test_a_step_of_more_micro_steps_than_measured_is_extrapolated_from_them():
+    """gas 4 (8 samples, 2 workers, micro-batch 1), 2 measured (measure.max_micro_steps): each
+    step is (4 - 1) x the plain micro-step + the boundary one + the optimizer step."""
+    t = make_trial(TINY + ["methods.micro_batch=1", "measure.max_micro_steps=2"])
+    assert (t.gas, t.gas_measured) == (4, 2)
+    m = metrics.summarize(t, [[1.0], [1.2]], [1.5, 1.5], [0.5, 0.5], 64e6, 64e6)
+    assert m["extrapolated"] and (m["gas"], m["gas_measured"]) == (4, 2)
+    assert m["step_time_min_s"] == 3 * 1.0 + 1.5 + 0.5 and m["step_time_max_s"] == pytest.approx(3 * 1.2 + 1.5 + 0.5)
+    assert m["step_time_s"] == pytest.approx((5.0 + 5.6) / 2) and m["micro_time_s"] == pytest.approx(1.1)
+
+
+def test_ops_without_a_compiler_say_what_to_install_before_any_build(tmp_path, monkeypatch):
+    """setup.sh's `python -m suite.ops` on a machine without a C++ compiler: no op is built (an
+    empty build folder), and the error names the ops and the package to install."""
+    from suite import ops
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(ops.OpBuildError, match="cpu_adam, fused_adam need a C.. compiler") as e:
+        ops.build(log=lambda *_: None)
+    assert "apt-get install g++" in str(e.value) and not list(tmp_path.rglob("*.so"))  # nothing built
+    assert ops.main() == 1

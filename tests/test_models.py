@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CPU_RUN, TINY, TINY_MEMBERS, make_trial
+from conftest import CPU_RUN, FACTS, MEMBERS, TINY, TINY_MEMBERS, make_trial, shipped
 from torch.utils.flop_counter import FlopCounterMode
 
 from analysis.load import recipe_label, row
@@ -256,6 +256,7 @@ FAKE_KERNELS = {
 }
 
 
+@pytest.mark.slow  # seconds of subprocesses: the full tier
 def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp_path):
     """With mamba-ssm and causal-conv1d importable (stand-ins here: the real ones need CUDA),
     the trial says "fast", and FLOPs are still counted through the PyTorch reference."""
@@ -297,8 +298,8 @@ def test_help_shows_the_suites_usage_groups_and_examples(module, name):
 
 
 def test_the_project_cites_papers_not_files_outside_it():
-    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("conf/**/*.yaml")]
-    files += [*ROOT.glob("suite/**/*.py"), *ROOT.glob("analysis/*.py"), *ROOT.glob("cli/*.py")]
+    files = [*shipped("README.md"), *shipped("docs/*.md"), *shipped("conf/*.yaml")]
+    files += [*shipped("suite/*.py"), *shipped("analysis/*.py"), *shipped("cli/*.py")]
     cited = [str(f.relative_to(ROOT)) for f in files if re.search(r"seed-paper\.md|shared/", f.read_text())]
     assert cited == []
 
@@ -307,22 +308,22 @@ def test_the_readme_lists_every_shipped_model():
     readme = (ROOT / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `model=` |"))
     listed = set(re.findall(r"`([a-z0-9.-]+)`", row)) - {"model="}
-    assert listed == {p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")}
+    assert listed == {p.stem for p in shipped("conf/model/*.yaml")}
 
 
 # --- real trials: each task's member and both new architectures under ZeRO-3 -------------------
 
-MEMBERS = ["masked-lm", "convnext", "mamba"]  # causal-lm's ZeRO-3 trial: tests/test_trial.py
-
 
 @pytest.fixture(scope="module")
-def zero3(tmp_path_factory):
-    d = tmp_path_factory.mktemp("members")
-    out = {}
-    for member in MEMBERS:
-        t = make_trial(TINY_MEMBERS[member] + ["methods.zero_stage=3"])
-        out[member] = (t, run_one(t, str(d), "test", in_sweep=True))  # a Ran: its record, how it came
-    return out
+def zero3(trial_store):
+    """Each member's ZeRO-3 trial (conftest FACTS), from the session's store, as a Ran: its
+    record and how it came."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    trials = {member: make_trial(o) for member, o in zip(MEMBERS, FACTS["zero3"], strict=True)}
+    with ThreadPoolExecutor(2) as pool:
+        ran = pool.map(lambda t: run_one(t, str(trial_store), "test", in_sweep=True), trials.values())
+        return {member: (t, r) for (member, t), r in zip(trials.items(), ran, strict=True)}
 
 
 @pytest.mark.slow

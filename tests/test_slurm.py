@@ -1,7 +1,9 @@
 """Sweeps on a real Slurm through the submitit launcher, and what each job asks for.
 
 The end-to-end tests start a single-node Slurm (tests/slurm_local.py) and skip, saying
-why, where Slurm is not installed or cannot be started.
+why, where Slurm itself is not installed or cannot be started (no root). The suite's own
+launchers and the submitit plugin, both installed with the suite, never make them skip: a
+broken install fails `test_the_suites_slurm_launchers_are_installed`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,8 @@ import slurm_local
 from conftest import TINY, compose_cfg, make_trial
 from test_trial import workers_of
 
-pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher is not installed")
-
-from suite import slurm  # noqa: E402 - needs the plugin
-from suite.config import ClusterConfig  # noqa: E402
+from suite import slurm
+from suite.config import ClusterConfig
 
 MISSING = slurm_local.missing()
 needs_slurm = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
@@ -48,6 +48,14 @@ def sweep(cluster, tmp_path, *overrides: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "cli.bench", "-m", "hydra/launcher=slurm", f"store.dir={tmp_path / 'runs'}"]
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.Popen([*cmd, *overrides], cwd=tmp_path, env=cluster.env, **out)
+
+
+def test_the_suites_slurm_launchers_are_installed():
+    """Hydra's submitit plugin (a core dependency) and the suite's launchers import as a Slurm
+    job imports them: from outside the repository, as installed."""
+    probe = [sys.executable, "-c", "import hydra_plugins.hydra_submitit_launcher, hydra_plugins.suite_launcher"]
+    out = subprocess.run(probe, cwd="/", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"reinstall the suite (pip install -e .): {out.stderr[-2000:]}"
 
 
 def test_each_job_asks_for_its_trials_gpus_cpus_memory_and_time():
@@ -131,15 +139,17 @@ def test_killed_jobs_end_as_a_recorded_outcome_or_a_clear_error_in_bounded_time(
     out = p.communicate(timeout=120)[0]
     waited = time.monotonic() - start
     print(f"\nsweep ended {waited:.1f} s after the kills")
-    assert waited < 60
+    assert waited < 110  # bounded (KillWait is 10 s), far below the trials' 600 s timeout; a loaded machine is slow
     assert p.returncode != 0, out[-3000:]
     assert f"slurm job {killed} (" in out and "before its result came back" in out, out[-3000:]
     rec = json.loads((tmp_path / "runs" / f"{t0.id}.json").read_text())
     assert rec["outcome"] == "crashed"  # measured again by the next run of the sweep
     assert "killed by SIGTERM (Slurm is ending job " in rec["message"]
     assert not (tmp_path / "runs" / f"{t1.id}.json").exists()
-    time.sleep(1)
-    assert workers_of(t0) == [] and workers_of(t1) == []
+    deadline = time.monotonic() + 30  # the last workers may take a moment to be reaped
+    while workers_of(t0) or workers_of(t1):
+        assert time.monotonic() < deadline, "workers outlived their jobs"
+        time.sleep(0.2)
 
 
 def job_of(p: psutil.Process) -> str | None:

@@ -1,39 +1,27 @@
 """Real multi-process trials on CPU: every ZeRO stage, the failure outcomes, the store.
 
-Each test launches real worker processes (gloo, DeepSpeed on its CPU accelerator) and
-takes seconds; nothing here is mocked.
+The slow tests launch real worker processes (gloo, DeepSpeed on its CPU accelerator), each
+trial seconds; nothing here is mocked. Trials that only give facts to read come from the
+session's store (conftest `trial_store`), so a trial another test ran is not run again.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
-from conftest import CPU_RECIPE, TINY, make_trial
+from conftest import CPU_RECIPE, FACTS, FSDP2, STAGES, TINY, make_trial, measured_all
 
 from suite import launch, models, store
 from suite.record import Record
 from suite.runner import run_one
-
-pytestmark = pytest.mark.slow
-
-STAGES = [
-    (0, "none"),
-    (1, "none"),
-    (2, "none"),
-    (3, "none"),
-    (1, "optimizer"),
-    (2, "optimizer"),
-    (3, "optimizer"),
-    (3, "optimizer+params"),
-]
 
 
 def workers_of(t) -> list[psutil.Process]:
@@ -46,16 +34,14 @@ def workers_of(t) -> list[psutil.Process]:
 
 
 @pytest.fixture(scope="module")
-def zero_results(tmp_path_factory):
-    """One real 2-process trial per (stage, offload), run once for the tests below."""
-    d = tmp_path_factory.mktemp("zero")
-    out = {}
-    for stage, offload in STAGES:
-        t = make_trial(TINY + [f"methods.zero_stage={stage}", f"methods.offload={offload}"])
-        out[(stage, offload)] = (t, run_one(t, str(d), "test", in_sweep=True).record)
-    return out
+def zero_results(trial_store):
+    """One real 2-process trial per (stage, offload), from the session's store."""
+    asked = FACTS["zero_results"]
+    recs = measured_all(trial_store, asked)
+    return {key: (make_trial(o), rec) for key, o, rec in zip(STAGES, asked, recs, strict=True)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage,offload", STAGES)
 def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, stage, offload):
     t, rec = zero_results[(stage, offload)]
@@ -82,6 +68,7 @@ def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, 
     assert workers_of(t) == []
 
 
+@pytest.mark.slow
 def test_zero_stages_give_the_loss_of_stage_0(zero_results):
     base = zero_results[(0, "none")][1].metrics
     assert base["loss_per_step"][0] != base["loss_per_step"][-1]  # it really trains
@@ -99,29 +86,23 @@ def test_zero_stages_give_the_loss_of_stage_0(zero_results):
         assert m["loss_per_step"] == pytest.approx(base["loss_per_step"], rel=tol), (stage, offload)
 
 
-def test_recomputation_is_really_applied(tiny, tmp_path):
+@pytest.mark.slow
+def test_recomputation_is_really_applied(tiny, fsdp2_results):
     plain_flops, _ = models.count_flops(tiny().model, "sdpa", "none")
     rc_flops, _ = models.count_flops(tiny().model, "sdpa", "full")
     # Backward re-runs each block's forward: 2 of the tiny model's ~6.9e7 FLOPs per sample
     # are blocks, so the rise is the blocks' forward, not the embedding or the head.
     assert rc_flops > 1.1 * plain_flops
-    rec = run_one(tiny("methods.recompute=full"), str(tmp_path), "test", in_sweep=True).record
-    assert rec.outcome == "ok", rec.message
+    # A real trial under recomputation (FSDP2's, below; models.build wraps the blocks for both
+    # engines) counts the recomputed forward in HFU's FLOPs, never in MFU's.
+    t, rec = fsdp2_results[1]["shard_grad_op+recompute+overflow"]
+    assert t.methods.recompute == "full" and rec.outcome == "ok", rec.message
     m = rec.metrics
     assert m["hardware_flops_per_token"] == pytest.approx(rc_flops / 64)
     assert m["model_flops_per_token"] == pytest.approx(plain_flops / 64)
 
 
-def test_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
-    # Pythia-14M in fp32 with Adam holds about 0.21 GiB of weights, gradients and state:
-    # over a 0.15 GiB budget per worker.
-    t = make_trial(CPU_RECIPE + ["hardware.mem_gib=0.15"])
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
-    assert rec.outcome == "oom", rec.message
-    assert "allocate" in rec.message or "MemoryError" in rec.message
-    assert workers_of(t) == []
-
-
+@pytest.mark.slow
 def test_a_worker_killed_mid_trial_is_crashed(tiny, tmp_path):
     t = tiny("debug.fault=kill", "debug.fault_rank=1")
     rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
@@ -130,15 +111,23 @@ def test_a_worker_killed_mid_trial_is_crashed(tiny, tmp_path):
     assert workers_of(t) == []
 
 
-def test_a_hung_worker_times_out_and_is_gone(tiny, tmp_path):
-    t = tiny("debug.fault=hang", "debug.fault_rank=0", "measure.timeout_s=25")
-    start = time.monotonic()
-    rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
-    assert rec.outcome == "timeout"
-    assert 25 <= time.monotonic() - start < 40
+@pytest.mark.slow
+def test_a_hung_worker_times_out_and_is_gone_and_the_run_exits_0(tiny, tmp_path):
+    """A single `suite-bench` run whose trial ends in a recorded outcome (here timeout; oom and
+    crashed in test_multinode.py) exits 0: the outcome is a result, as in a sweep or a Slurm job."""
+    hang = ["debug.fault=hang", "debug.fault_rank=0", "measure.timeout_s=15"]
+    t = tiny(*hang)
+    cmd = [sys.executable, "-m", "cli.bench", *TINY, *hang, "wandb.mode=disabled", f"store.dir={tmp_path}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rec = store.load(tmp_path, t.id)
+    assert rec.outcome == "timeout" and rec.message == "no result within measure.timeout_s=15"
+    assert rec.wall_s >= 15  # the launcher waits out the whole timeout (no upper bound: a loaded machine)
+    assert "[    timeout]" in out.stdout
     assert workers_of(t) == []
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_path):
     """Also: the lock files a worker killed while loading DeepSpeed's JIT ops leaves in the
     shared build folder (see suite.engines.preload_built_ops) do not make the next trial wait
@@ -146,7 +135,7 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
 
-    from suite.engines import JIT_OPS
+    from suite.ops import JIT_OPS
 
     folders = [Path(_get_build_directory(get_accelerator().create_op_builder(n).name, False)) for n in JIT_OPS]
     assert all((f / f"{f.name}.so").exists() for f in folders), "run scripts/setup.sh: it builds DeepSpeed's CPU ops"
@@ -162,29 +151,74 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_
     assert "loss is nan" in rec.message
 
 
-def test_a_repeated_trial_is_served_from_the_store(tmp_path):
-    cmd = [sys.executable, "-m", "cli.bench", *TINY, f"store.dir={tmp_path}"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+def wandb_records(run_dir: Path) -> dict:
+    """Read an offline W&B run file (LevelDB-log framing of protobuf records): run, config, summary."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("run-*.wandb")).read_bytes()
+    pos, buf, found = 7, b"", {"summary": {}}
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if length == 0 and kind == 0:
+            break
+        buf += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            r = pb.Record()
+            r.ParseFromString(buf)
+            buf = b""
+            which = r.WhichOneof("record_type")
+            if which == "run":
+                found["run"] = r.run
+                found["config"] = {u.key: json.loads(u.value_json) for u in r.run.config.update}
+            elif which == "summary":
+                found["summary"].update({u.key: json.loads(u.value_json) for u in r.summary.update if u.key})
+    return found
+
+
+@pytest.mark.slow
+def test_a_trial_from_the_cli_is_stored_logged_to_wandb_and_served_from_the_store(tmp_path):
+    """One real trial through `suite-bench`, three times: measured, stored and logged to an
+    offline W&B run; served from the store, nothing launched; measured again under
+    `measure.rerun=true`, where a W&B folder that cannot be made is a warning, not a failure."""
+    cmd = [sys.executable, "-m", "cli.bench", *TINY, f"store.dir={tmp_path}", "store.sweep=wb"]
+    first = subprocess.run(cmd + [f"wandb.dir={tmp_path / 'wb'}"], capture_output=True, text=True, timeout=180)
     assert first.returncode == 0, first.stderr[-2000:]
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1
     rec = json.loads(files[0].read_text())
     assert rec["outcome"] == "ok" and rec["provenance"]["versions"]["torch"]
     mtime = files[0].stat().st_mtime_ns
+    runs = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    wb = wandb_records(runs[0])
+    assert wb["run"].run_group == "wb" and list(wb["run"].tags)[:2] == ["pythia-14m", "cpu-x2"]
+    assert wb["config"]["methods"] == rec["trial"]["methods"] and wb["config"]["trial_id"] == rec["trial_id"]
+    assert wb["summary"]["outcome"] == "ok"
+    assert wb["summary"]["step_time_s"] == pytest.approx(rec["metrics"]["step_time_s"])
 
     def rank_logs():  # every launch writes its ranks' logs here
         return {p.name: p.stat().st_mtime_ns for p in (tmp_path / "logs").iterdir()}
 
     logs = rank_logs()
     assert logs
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    second = subprocess.run(cmd + ["wandb.mode=disabled"], capture_output=True, text=True, timeout=60)
     assert second.returncode == 0
     assert "from store" in second.stdout
     assert rank_logs() == logs  # no workers launched (not a wall-clock test: CI's imports alone took 11 s)
     assert files[0].stat().st_mtime_ns == mtime
-    third = subprocess.run(cmd + ["measure.rerun=true"], capture_output=True, text=True, timeout=180)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")  # W&B cannot make its folder here
+    third = subprocess.run(
+        cmd + ["measure.rerun=true", f"wandb.dir={blocker}/sub"], capture_output=True, text=True, timeout=180
+    )
     assert third.returncode == 0 and "from store" not in third.stdout
-    assert files[0].stat().st_mtime_ns != mtime
+    assert "W&B logging failed" in third.stderr
+    assert files[0].stat().st_mtime_ns != mtime and json.loads(files[0].read_text())["outcome"] == "ok"
 
 
 def test_store_writes_are_atomic_and_complete(tmp_path, tiny):
@@ -200,32 +234,22 @@ def test_free_port_and_env_give_each_rank_its_identity(tiny):
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"], env["DS_ACCELERATOR"]) == ("1", "2", "12345", "cpu")
 
 
-# FSDP2 in both modes, with and without recomputation; the second also reports fp16 overflows
-# through the stand-in for the engine's flag (debug.fault=overflow, fp16 cannot train on CPU).
-FSDP2 = {
-    "full_shard": ["methods.reshard_after_forward=true"],
-    "shard_grad_op+recompute+overflow": [
-        "methods.reshard_after_forward=false",
-        "methods.recompute=full",
-        "debug.fault=overflow",
-        "debug.fault_rank=1",
-    ],
-}
-
-
 @pytest.fixture(scope="module")
-def fsdp2_results(tmp_path_factory):
+def fsdp2_results(tmp_path_factory, trial_store):
+    """FSDP2's trials from the session's store, kept in a folder of their own (the engines table reads it)."""
     d = tmp_path_factory.mktemp("fsdp2")
-    out = {}
-    for name, extra in FSDP2.items():
-        t = make_trial(TINY + ["methods.engine=fsdp2", *extra])
-        out[name] = (t, run_one(t, str(d), "test", in_sweep=True).record)
+    asked = FACTS["fsdp2_results"]
+    recs = measured_all(trial_store, asked)
+    out = {name: (make_trial(o), rec) for name, o, rec in zip(FSDP2, asked, recs, strict=True)}
+    for _, rec in out.values():
+        store.save(d, rec)
     # Offload under FSDP2 needs an accelerator: recorded as unsupported, nothing launched.
     t = make_trial(TINY + ["methods.engine=fsdp2", "methods.offload=optimizer+params"])
     out["offload"] = (t, run_one(t, str(d), "test", in_sweep=True).record)
     return d, out
 
 
+@pytest.mark.slow
 def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_results, zero_results):
     base = zero_results[(0, "none")][1].metrics
     for name, (t, rec) in fsdp2_results[1].items():
@@ -247,6 +271,7 @@ def test_fsdp2_trains_in_both_modes_with_the_loss_of_deepspeed_zero_0(fsdp2_resu
     assert recomputed["hardware_flops_per_token"] > 1.1 * recomputed["model_flops_per_token"]
 
 
+@pytest.mark.slow
 def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
     m = fsdp2_results[1]["shard_grad_op+recompute+overflow"][1].metrics
     # Rank 1 reports overflows on steps 1 and 2 (warm-up goes on until a step is applied) and on
@@ -256,11 +281,13 @@ def test_fp16_overflow_steps_are_never_timed(fsdp2_results):
     assert m["timed_steps"] == 3 and len(m["loss_per_step"]) == 3
 
 
+@pytest.mark.slow
 def test_fsdp2_offload_on_cpu_is_unsupported(fsdp2_results):
     rec = fsdp2_results[1]["offload"][1]
     assert rec.outcome == "unsupported" and "CPUOffloadPolicy" in rec.message
 
 
+@pytest.mark.slow
 def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     t = make_trial(CPU_RECIPE + ["methods.engine=fsdp2", "hardware.mem_gib=0.1"])
     rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
@@ -268,6 +295,7 @@ def test_fsdp2_out_of_memory_under_a_cpu_budget_is_oom(tmp_path):
     assert workers_of(t) == []
 
 
+@pytest.mark.slow
 def test_the_engines_table_and_an_fsdp2_export_from_real_records(fsdp2_results, zero_results, tmp_path):
     from transformers import HfArgumentParser, TrainingArguments
 

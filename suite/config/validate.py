@@ -280,10 +280,16 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
         why = flash_attn_problem()
         if why:
             return why
-    if cuda:
-        import torch
+    return absent_devices(t)
 
-        have = torch.cuda.device_count()
-        if have < t.hardware.count:
-            return f"{t.hardware.name} needs {t.hardware.count} CUDA GPU(s); this machine has {have}"
+
+def absent_devices(t: Trial) -> str | None:
+    """Why this machine lacks the trial's GPUs (fewer CUDA GPUs than `hardware.count`), or None."""
+    if t.hardware.device != "cuda":
+        return None
+    import torch
+
+    have = torch.cuda.device_count()
+    if have < t.hardware.count:
+        return f"{t.hardware.name} needs {t.hardware.count} CUDA GPU(s); this machine has {have}"
     return None

@@ -1,0 +1,153 @@
+"""DeepSpeed's JIT-compiled ops: which ones a trial loads, building them once (`scripts/setup.sh`:
+`python -m suite.ops`), and loading the built files in every DeepSpeed rank.
+
+A CPU trial loads two: FusedAdam (the optimizer at every ZeRO stage) and CPU Adam (under optimizer
+offload). DeepSpeed's CPU accelerator would also build its shared-memory collectives at every
+`init_distributed` (`build_shm_op`, deepspeed/comm/torch.py), but only `inference_all_reduce` uses
+them: training's collectives go through gloo. `skip_shm_comm` marks that op not compatible, so no
+trial builds it or waits for it.
+
+The build folder is torch's (`TORCH_EXTENSIONS_DIR`, by default ~/.cache/torch_extensions/<python
+and device>/): shared by every clone of the project on the machine, so a second clone finds the ops
+built. The ops compile side by side, one process each, each printing when it starts and ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+JIT_OPS = ("CPUAdamBuilder", "FusedAdamBuilder")
+SHM_COMM = "deepspeed_shm_comm"
+COMPILER_HINT = "install a C++ compiler and retry (Debian/Ubuntu: apt-get install g++; then bash scripts/setup.sh)"
+
+
+def _builder(name: str):
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().create_op_builder(name)
+
+
+def built_path(name: str) -> Path | None:
+    """Where op `name`'s built library is or will be; None where this accelerator has no such op."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = _builder(name)
+    if builder is None:
+        return None
+    return Path(_get_build_directory(builder.name, verbose=False)) / f"{builder.name}.so"
+
+
+def skip_shm_comm() -> None:
+    """Mark DeepSpeed's shared-memory collectives not compatible before `init_distributed` (CPU
+    only): DeepSpeed then neither builds nor loads them (deepspeed/comm/torch.py, `build_shm_op`;
+    deepspeed/ops/__init__.py keeps one dict, so the edit holds for the process)."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__[SHM_COMM] = False
+
+
+def preload_built_ops() -> list[str]:
+    """Load DeepSpeed's ops that are already built straight from their files, into DeepSpeed's
+    own cache of loaded ops (`OpBuilder._loaded_ops`, op_builder/builder.py:549-551); returns
+    their names.
+
+    Through DeepSpeed's loader every process runs torch's JIT build, a no-op once built, while
+    holding a lock file in the shared build folder (torch/utils/cpp_extension.py, _jit_compile).
+    A worker killed in that moment (a timeout, a sweep stopped with SIGKILL) leaves the lock
+    behind, and every later trial's ranks then wait on it forever. Loading the built file
+    needs no lock. An op not built yet still goes through DeepSpeed's loader (and its lock)."""
+    import importlib.util
+
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    loaded = []
+    for name in JIT_OPS:
+        path = built_path(name)
+        if path is None or path.stem in OpBuilder._loaded_ops or not path.exists():
+            continue
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except (ImportError, OSError):  # built against another torch (a shared cache): DeepSpeed rebuilds it
+            continue
+        OpBuilder._loaded_ops[path.stem] = module
+        loaded.append(path.stem)
+    return loaded
+
+
+_LOAD = "import sys; from suite.ops import _builder; _builder(sys.argv[1]).load(verbose=False)"
+
+
+def build(names: tuple[str, ...] = JIT_OPS, log=print, tick_s: float = 15.0) -> dict[str, float]:
+    """Build the ops not built yet, side by side, one process each; say which op starts, which
+    are still building every `tick_s` seconds, and each one's time when it ends. Returns the
+    seconds each op built now took. Ops that do not build raise `OpBuildError`, with their
+    compiler's last lines and what to install."""
+    todo = {n: p for n in names if (p := built_path(n)) is not None and not p.exists()}
+    if not todo:
+        return {}
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        ops = ", ".join(p.stem for p in todo.values())
+        raise OpBuildError(f"DeepSpeed's ops {ops} need a C++ compiler ({compiler} is not on PATH): {COMPILER_HINT}")
+    start, procs, took = time.monotonic(), {}, {}
+    with tempfile.TemporaryDirectory() as logs:
+        for name, path in todo.items():
+            log(f"  building {path.stem} ...")
+            out = open(Path(logs) / f"{path.stem}.log", "w+")  # noqa: SIM115 - closed when the build ends
+            procs[name] = (subprocess.Popen([sys.executable, "-c", _LOAD, name], stdout=out, stderr=out), out)
+        next_tick = start + tick_s
+        while len(took) < len(procs):
+            time.sleep(0.2)
+            for name, (p, _) in procs.items():
+                if name not in took and p.poll() is not None:
+                    took[name] = time.monotonic() - start
+                    ok = p.returncode == 0 and todo[name].exists()
+                    log(f"  built {todo[name].stem} in {took[name]:.0f} s" if ok else f"  {todo[name].stem} FAILED")
+            if time.monotonic() >= next_tick and len(took) < len(procs):
+                left = ", ".join(todo[n].stem for n in procs if n not in took)
+                log(f"  still building {left} ({time.monotonic() - start:.0f} s)")
+                next_tick += tick_s
+        failed = [_failure(todo[n], p, out) for n, (p, out) in procs.items() if not todo[n].exists()]
+        for _, out in procs.values():
+            out.close()
+    if failed:
+        raise OpBuildError("\n".join(failed) + f"\n{COMPILER_HINT}")
+    return {todo[n].stem: s for n, s in took.items()}
+
+
+def _failure(path: Path, p: subprocess.Popen, out) -> str:
+    out.seek(0)
+    tail = "\n".join("    " + line for line in out.read().splitlines()[-15:])
+    return f"DeepSpeed's op {path.stem} did not build (exit {p.returncode}):\n{tail}"
+
+
+class OpBuildError(RuntimeError):
+    """An op could not be built here; the message says what to install."""
+
+
+def main() -> int:
+    """`python -m suite.ops`: build the ops a CPU trial loads (scripts/setup.sh runs it); exit 1,
+    saying what to install, if one does not build."""
+    built = [p for p in map(built_path, JIT_OPS) if p is not None]
+    where = built[0].parent.parent if built else "torch's extension folder"
+    print(f"DeepSpeed's CPU ops ({', '.join(p.stem for p in built)}) in {where}:")
+    start = time.monotonic()
+    try:
+        took = build()
+    except OpBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"  built in {time.monotonic() - start:.0f} s" if took else "  already built (cached)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
