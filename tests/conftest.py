@@ -97,7 +97,7 @@ def pytest_collection_modifyitems(config, items):
 
         if not torch.cuda.is_available():
             for item in gpu:
-                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; this machine has none"))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -186,20 +186,6 @@ def shipped(pattern: str) -> list[Path]:
     files = sorted(ROOT / f for f in out.stdout.split("\0") if f)
     assert files, f"git tracks no file matching {pattern}"
     return files
-
-
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` need a CUDA GPU: they skip without one (`pytest -m gpu` runs them)."""
-    gpu = [item for item in items if "gpu" in item.keywords]
-    if not gpu:
-        return
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
-    for item in gpu:
-        item.add_marker(no_gpu)
 
 
 def compose_cfg(overrides: list[str]):
