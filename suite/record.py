@@ -42,6 +42,8 @@ SCHEMA = "suite.trial/2"
 SINGLE_RUN_SCHEMA = "suite.trial/1"
 """Records written before repeats: one run, its figures at the top; `Record.from_json` reads them."""
 SCHEMAS = (SCHEMA, SINGLE_RUN_SCHEMA)
+
+
 class UnknownSchema(ValueError):
     """A stored record of a schema this suite does not read."""
 

@@ -132,7 +132,7 @@ def prefetch(request, calibration_dir, trial_store):
         _prefetched["calibrated"] = pool.submit(_calibrate)
     for name, trials in FACTS.items():
         for overrides in trials if name in wanted else []:
-            pool.submit(measured, trial_store, overrides)
+            pool.submit(_run, trial_store, make_trial(overrides))  # composed here: see measured_all
     yield
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -159,18 +159,24 @@ def trial_store(tmp_path_factory) -> Path:
 
 def measured(store: Path, overrides: list[str]):
     """The record of the trial `overrides` compose, run once per session into `store`."""
+    return _run(store, make_trial(overrides))
+
+
+def _run(store: Path, t: Trial):
     from suite.runner import run_one
 
-    return run_one(make_trial(overrides), str(store), "test", in_sweep=True).record
+    return run_one(t, str(store), "test", in_sweep=True).record
 
 
 def measured_all(store: Path, trials: list[list[str]]) -> list:
     """`measured` for independent trials, two side by side: a trial's two ranks leave part of
-    two cores idle (start-up, rendezvous, the launcher's waits); their figures are not timed here."""
+    two cores idle (start-up, rendezvous, the launcher's waits); their figures are not timed here.
+    Composed first, in this thread: transformers' lazy imports are not safe from two threads."""
     from concurrent.futures import ThreadPoolExecutor
 
+    composed = [make_trial(overrides) for overrides in trials]
     with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(lambda overrides: measured(store, overrides), trials))
+        return list(pool.map(lambda t: _run(store, t), composed))
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -466,6 +466,7 @@ def test_the_checks_run_on_real_cpu_trials_judges_their_weights_and_losses(tmp_p
     names = (REFERENCE, "ZeRO-3 bf16", "FSDP2 full_shard bf16", "ZeRO-2 offload bf16")
     monkeypatch.setattr(check, "plan", lambda: [c for c in plan.plan() if c.name in names])
     monkeypatch.setattr(plan, "MICRO_BATCH", 2)
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(tmp_path / "none"))  # not the session's: no CPU calibration
     base = make_trial([*TINY, *(f"measure.{k}={v}" for k, v in plan.MEASURE.items()), "measure.rerun=true"])
     s = check.Session(tmp_path, base, Budget(1800, time.time()), environment.Environment([]))
     rows = {r.name: r for r in s.run()}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import threading
 import typing
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from omegaconf import OmegaConf
 
 from suite import paths
 from suite.config.schema import Config, Trial
+
+_HYDRA = threading.Lock()
+"""Held while composing: Hydra keeps one global state per process (`GlobalHydra`)."""
 
 OLD_HARDWARE = re.compile(r"(?P<gpu>[a-z0-9][a-z0-9.-]*?)-x(?P<count>\d+)")
 
@@ -138,9 +142,10 @@ def compose(args: list[str]):
     from hydra.core.global_hydra import GlobalHydra
 
     register()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides(args))
+    with _HYDRA:  # Hydra's state is one per process: threads compose one at a time
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=overrides(args))
 
 
 def trial_from_cfg(cfg: Any) -> Trial:
