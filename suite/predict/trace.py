@@ -65,7 +65,7 @@ from torch.utils._pytree import tree_flatten
 from suite.config import ModelConfig
 from suite.store import write_json
 
-FORMAT = 4
+FORMAT = 5
 """Version of the cached trace's layout; a change of it retraces."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
@@ -481,12 +481,17 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     with torch.device("meta"):
         model = models.build(m, attention, recompute, dtype=DTYPES[dtype])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    # A weight shared by two modules (tied input and output embeddings) stays one parameter:
+    # one copy in memory, one gradient that both uses accumulate into, one optimizer state.
+    made: dict[int, torch.nn.Parameter] = {}
     with fake_mode:
         for module in model.modules():
             for name, p in module._parameters.items():
                 if p is not None:
-                    empty = torch.empty(p.shape, dtype=p.dtype, device="cpu")
-                    module._parameters[name] = torch.nn.Parameter(empty, requires_grad=p.requires_grad)
+                    if id(p) not in made:
+                        empty = torch.empty(p.shape, dtype=p.dtype, device="cpu")
+                        made[id(p)] = torch.nn.Parameter(empty, requires_grad=p.requires_grad)
+                    module._parameters[name] = made[id(p)]
             for name, b in module._buffers.items():
                 if b is not None:
                     module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
