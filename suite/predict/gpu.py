@@ -110,6 +110,18 @@ NETWORK_EFFICIENCY = 0.8
 network/README.md: about 80% at best, e.g. 320 of 400 Gbps)."""
 
 
+SUSTAINED: dict[str, tuple[float, str]] = {}
+"""Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
+through a training run (clocks under sustained power, real data), per architecture. No source
+measures it alone: where an entry is present it is fitted to published runs with
+`benchmarks/published_accuracy.py --fit`, and the published error of every run is the one
+predicted with the factor fitted on the other sources' runs (leave one source out)."""
+
+
+def sustained(gpu: str) -> tuple[float, str]:
+    return SUSTAINED.get(arch(gpu), (1.0, "none fitted"))
+
+
 def arch(gpu: str) -> str:
     """The architecture key of a datasheet GPU name (conf/hardware `gpu`)."""
     g = gpu.upper()

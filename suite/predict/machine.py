@@ -74,6 +74,9 @@ class Machine:
     """GPU: the datasheet name (`suite.predict.gpu.arch` picks its measured rates)."""
     gemm_best: float = 0.0
     """GPU: the largest fraction of the dense peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    sustained: float = 1.0
+    """GPU: the fraction of that (and of fused attention's rate) kept through a training run
+    (`suite.predict.gpu.SUSTAINED`)."""
     matmul: dict[str, list[list[float]]] = field(default_factory=dict)
     """CPU: measured [M, N, K, FLOP/s] per dtype."""
     attention: list[list[float]] = field(default_factory=list)
@@ -169,11 +172,14 @@ def datasheet(t: Trial) -> Machine:
     # FusedAdam over fp32 master, grad, exp_avg, exp_avg_sq: read 16 bytes, write 12 (multi_tensor_adam.cu).
     fused = hw.memory_gbps * 1e9 / 28
     best, best_source = gpu_model.gemm_best(hw.gpu)
+    kept, kept_source = gpu_model.sustained(hw.gpu)
     return Machine(
         kind="cuda",
-        source=f"{hw.datasheet}; {hw.bandwidth_source}; GEMM {best:.3f} of peak ({best_source})",
+        source=f"{hw.datasheet}; {hw.bandwidth_source}; GEMM {best:.3f} of peak ({best_source}); "
+        f"sustained {kept:.2f} ({kept_source})",
         gpu=hw.gpu,
         gemm_best=best,
+        sustained=kept,
         ranks=hw.count,
         peak_flops=peak,
         memory_bps=hw.memory_gbps * 1e9,

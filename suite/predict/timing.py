@@ -153,14 +153,15 @@ def gpu_compute_seconds(
             t, dispatched = 0.0, not fused
         elif g.op in MATMULS and flops:
             dims = g.dims_at(b)
-            t = max(flops / _matmul_rate(m, dtype, dims), moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
+            rate = _matmul_rate(m, dtype, dims) * m.sustained
+            t = max(flops / rate, moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
             if fused:  # the fused kernel after it: its output read, the result written
                 t += 2 * dims[0] * dims[1] * dims[2] * w / m.memory_bps + gpu.LAUNCH_GAP_S
             dispatched = True
         elif g.op.startswith(ATTENTION_PREFIX) and flops:
             dims = g.dims_at(b)
             causal = bool(dims[5]) if len(dims) > 5 else False
-            rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal)
+            rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal) * m.sustained
             t, dispatched = flops * (0.5 if causal else 1.0) / rate + gpu.LAUNCH_GAP_S, True
         elif fused:
             t, dispatched = 0.0, False
