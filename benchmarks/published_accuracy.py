@@ -35,6 +35,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
 from datetime import date
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -81,8 +82,9 @@ class Row:
     notes: str = ""
 
 
+@cache
 def load() -> list[tuple[dict, dict]]:
-    """(source, run) of every run in benchmarks/published/, in file order."""
+    """(source, run) of every run in benchmarks/published/, in file order (read once)."""
     out = []
     for path in sorted(DATA.glob("*.yaml")):
         if path.name == "gpu-constants.yaml":
@@ -126,6 +128,8 @@ def why_not(r: dict) -> str:
         return f"sharding {r['sharding']} (shard within a node, replicate across nodes) is no engine mode of the suite"
     if gpus % nodes or gpus // nodes not in (1, 2, 4, 8):
         return f"{gpus} GPUs over {nodes} nodes is not 1, 2, 4 or 8 GPUs per node"
+    if r["recompute"] == "selective" and ("block-level" in r.get("notes", "") or r["id"].endswith("-sellayer")):
+        return "selective recomputation of whole blocks (some fully, others not) is not the suite's per-op one"
     if not (r.get("micro_batch") and r.get("grad_accum") and r.get("global_batch")):
         return "micro-batch or global batch not published"
     if r["micro_batch"] * r["grad_accum"] * gpus != r["global_batch"]:
@@ -134,9 +138,12 @@ def why_not(r: dict) -> str:
 
 
 def trial_for(src: dict, r: dict) -> Trial:
-    """The run as a Trial of the suite."""
+    """The run as a Trial of the suite; a GPU whose memory the source states beyond the profile's
+    (torchtitan's 96 GB H100) gets that memory."""
     nodes = r.get("nodes") or 1
     base = _base(r["gpu"], r["gpus"] // nodes)
+    if "96GB HBM2e" in r.get("notes", ""):
+        base = replace(base, hardware=replace(base.hardware, mem_gib=96.0))
     config = dict(r["model"]["config"])
     if r["model"]["model_type"] == "gpt2":  # the stand-in's dropout (0.1) is no part of MPT's or GPT-3's shape
         config = {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, **config}
@@ -191,11 +198,28 @@ def rows(limit: int = 0) -> list[Row]:
     return out
 
 
-def network_for(r: Row, published: dict):
+@cache
+def networks() -> dict[str, float]:
+    """Each source group's network between nodes as it states it for some cluster (Gb/s per node)."""
+    out: dict[str, float] = {}
+    for src, r in load():
+        if r.get("network_gbps"):
+            out.setdefault(src["group"], r["network_gbps"])
+    return out
+
+
+def network_for(r: Row, published: dict, stated: dict[str, float]):
+    """The row's network between nodes: as published, else the one its group states for another
+    of its clusters (an assumption, recorded with the row), else the suite's default."""
     from suite.predict.timing import Network
 
     gbps = published.get("network_gbps")
-    return Network(gbps, f"{gbps} Gb/s per node (as published)") if gbps else Network()
+    if gbps:
+        return Network(gbps, f"{gbps} Gb/s per node (as published)")
+    if r.trial.nodes > 1 and r.group in stated:
+        g = stated[r.group]
+        return Network(g, f"{g} Gb/s per node (not published for this run: its group's other cluster)")
+    return Network()
 
 
 def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[dict]:
@@ -208,6 +232,7 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
     from suite.predict.machine import datasheet
 
     published = {r["id"]: r for _, r in load()}
+    stated = networks()
     out = []
     for r in rs:
         rec = {k: v for k, v in asdict(r).items() if k not in ("trial", "impl")}
@@ -223,7 +248,8 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
         key = arch(r.trial.hardware.gpu)
         if sustained is not None and key in sustained:
             machine = replace(machine, sustained=sustained[key])
-        p = Predictor(network=network_for(r, published[r.id]), machine=machine).predict(r.trial, r.impl)
+        net = network_for(r, published[r.id], stated)
+        p = Predictor(network=net, machine=machine).predict(r.trial, r.impl)
         tps = p.tokens_per_s / r.trial.devices
         if math.isnan(tps):
             rec["skipped"] = "no prediction: " + ", ".join(k for k, v in p.time_detail.items() if _nan(v))
@@ -243,6 +269,7 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
             parts={k: v for k, v in p.time_detail.items() if isinstance(v, float)},
             step_s=p.step_time_s,
             implementation=_impl_text(r.impl),
+            network=net.name if r.trial.nodes > 1 else "",
         )
         out.append(rec)
     return out
@@ -260,6 +287,8 @@ def fit_sustained(rs: list[Row], key: str) -> float | None:
     for _ in range(FIT_STEPS):
         mid = (lo + hi) / 2
         ratios = [x["ratio"] for x in predict(mine, {key: mid}) if "ratio" in x]
+        if not ratios:  # none of them predictable (an offload row without the host's CPU Adam rate)
+            return None
         lo, hi = (lo, mid) if statistics.median(ratios) > 1 else (mid, hi)
     return (lo + hi) / 2
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,11 @@ def _at(t, seq: int):
     return replace(t, model=model, methods=replace(t.methods, micro_batch=1))
 
 
+@cache
+def _hardware(name: str):
+    return compose.trial(["model=pythia-14m", f"hardware={name}", "hardware.count=8"]).hardware
+
+
 def _attends(t) -> bool:
     from suite import models
 
@@ -55,7 +61,7 @@ def test_predicted_mfu_never_exceeds_one_on_any_gpu_at_any_sequence(model):
     for seq in seqs:
         t = _at(base, seq) if seq else replace(base, methods=replace(base.methods, micro_batch=1))
         for name in compose.gpu_profiles():
-            hw = compose.trial([f"model={model}", f"hardware={name}", "hardware.count=8"]).hardware
+            hw = _hardware(name)
             one = replace(t, hardware=hw, methods=replace(t.methods, precision="fp16" if not hw.bf16 else "recipe"))
             p = Predictor().predict(one)
             assert p.mfu is not None and 0 < p.mfu < 1.0, (model, seq, name, p.mfu)

@@ -58,6 +58,18 @@ class Estimator(Protocol):
     """The one small interface between the search and the predictor (tests script their own)."""
 
     @staticmethod
+    def _activations_of(t: Trial, tr, impl: Implementation):
+        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
+        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
+        matmuls and attention, which is what selective recomputation keeps (torch.compile's
+        partitioner recomputes the pointwise operators between them); else `tr`'s own."""
+        if t.hardware.device != "cuda" or t.methods.recompute != "none":
+            return tr
+        if not impl.elementwise_fused(t.methods.compile):
+            return tr
+        return traced(t.model, t.methods.attention, "selective", t.precision)
+
+    @staticmethod
     def model_flops(t: Trial) -> float:
         """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
@@ -126,7 +138,7 @@ class Predictor:
         m = self.machine(t)
         me = t.methods
         tr = traced(t.model, me.attention, me.recompute, t.precision)
-        lay = memory.layout(t, tr)
+        lay = memory.layout(t, self._activations_of(t, tr, impl))
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
@@ -179,6 +191,18 @@ class Predictor:
             memory_terms=terms,
             time_detail=parts.detail,
         )
+
+    @staticmethod
+    def _activations_of(t: Trial, tr, impl: Implementation):
+        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
+        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
+        matmuls and attention, which is what selective recomputation keeps (torch.compile's
+        partitioner recomputes the pointwise operators between them); else `tr`'s own."""
+        if t.hardware.device != "cuda" or t.methods.recompute != "none":
+            return tr
+        if not impl.elementwise_fused(t.methods.compile):
+            return tr
+        return traced(t.model, t.methods.attention, "selective", t.precision)
 
     @staticmethod
     def model_flops(t: Trial) -> float:

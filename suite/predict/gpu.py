@@ -118,8 +118,19 @@ measures it alone: where an entry is present it is fitted to published runs with
 predicted with the factor fitted on the other sources' runs (leave one source out)."""
 
 
+SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "gh200": "hopper"}
+"""Architectures with no published runs take the fraction of the closest one that has some."""
+
+
 def sustained(gpu: str) -> tuple[float, str]:
-    return SUSTAINED.get(arch(gpu), (1.0, "none fitted"))
+    key = arch(gpu)
+    if key in SUSTAINED:
+        return SUSTAINED[key]
+    like = SUSTAINED_LIKE.get(key, "")
+    if like in SUSTAINED:
+        value, source = SUSTAINED[like]
+        return value, f"{like}'s, assumed: no published runs of this GPU ({source})"
+    return 1.0, "none fitted"
 
 
 def arch(gpu: str) -> str:
