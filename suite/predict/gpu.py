@@ -110,7 +110,10 @@ NETWORK_EFFICIENCY = 0.8
 network/README.md: about 80% at best, e.g. 320 of 400 Gbps)."""
 
 
-SUSTAINED: dict[str, tuple[float, str]] = {}
+SUSTAINED: dict[str, tuple[float, str]] = {
+    "ampere": (0.827, "fitted to 57 published A100 runs of 6 groups; 0.768-0.839 leaving one group out"),
+    "hopper": (0.667, "fitted to 32 published H100 runs of 4 groups; 0.612-0.671 leaving one group out"),
+}
 """Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
 through a training run (clocks under sustained power, real data), per architecture. No source
 measures it alone: where an entry is present it is fitted to published runs with
