@@ -214,3 +214,22 @@ def test_selective_recomputation_and_reduce_every_micro_step_train_for_real(tmp_
     # Selective recomputation recomputes no matmul: hardware FLOPs are the model's.
     sel = m["zero2 selective"]
     assert sel["hardware_flops_per_token"] == pytest.approx(sel["model_flops_per_token"], rel=0.01)
+
+
+def test_the_demos_predicted_rows_carry_their_published_error_and_a_plausible_mfu():
+    """Pythia-1B on 2x RTX 3090, 4x A6000 and 8x A100 (scripts/demo.sh): each row says its error
+    against published runs, and no predicted MFU is above the best MFU published for an Ampere
+    GPU (these three are Ampere; the published runs are A100s)."""
+    import json
+
+    from analysis.predicted import asked, best_row
+    from analysis.prices import gpu_keys, load_prices
+
+    published = json.loads((ROOT / "results" / "accuracy" / "cuda-published.json").read_text())
+    best_ampere = max(v for k, v in published["best_published_mfu_by_gpu"].items() if k.startswith("a100"))
+    prices, keys = load_prices(), gpu_keys()
+    for a in asked(["pythia-1b@rtx-3090-x2", "pythia-1b@a6000-x4", "pythia-1b@a100-80gb-x8"]):
+        row = best_row(a, prices, keys)
+        assert row["fits"] == "yes" and 0 < row["predicted_mfu"] <= best_ampere, row
+        assert row["time_error"].startswith("vs ") and "published runs" in row["time_error"]
+        assert "fused" in row["error_detail"]
