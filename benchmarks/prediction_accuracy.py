@@ -46,34 +46,28 @@ from suite.config.schema import SearchConfig  # noqa: E402 - after the checkout 
 from suite.record import Record  # noqa: E402
 from suite.search import shardings  # noqa: E402
 
+# The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
+SHAPE_384 = [
+    "model.config.hidden_size=384",
+    "model.config.num_hidden_layers=6",
+    "model.config.num_attention_heads=6",
+    "model.config.num_key_value_heads=2",
+    "model.config.intermediate_size=1024",
+    "model.config.vocab_size=32000",
+    "model.recipe.precision=fp32",
+]
 # The models, as overrides of experiment=cpu-search (the only place to edit if the schema changes).
 MODELS = {
     "pythia-14m": ["model=pythia-14m"],
     "pythia-31m": ["model=pythia-31m"],
-    "llama-384": [
-        "model=tinyllama-1.1b",
-        "model.name=llama-384",
-        "model.config.hidden_size=384",
-        "model.config.num_hidden_layers=6",
-        "model.config.num_attention_heads=6",
-        "model.config.num_key_value_heads=2",
-        "model.config.intermediate_size=1024",
-        "model.config.vocab_size=32000",
-        "model.recipe.precision=fp32",
-    ],
+    "llama-384": ["model=tinyllama-1.1b", "model.name=llama-384", *SHAPE_384],
     # Input and output embeddings tied (one weight, one gradient, one optimizer state), GQA.
     "qwen2-tied-384": [
         "model=tinyllama-1.1b",
         "model.name=qwen2-tied-384",
         "model.model_type=qwen2",
-        "model.config.hidden_size=384",
-        "model.config.num_hidden_layers=6",
-        "model.config.num_attention_heads=6",
-        "model.config.num_key_value_heads=2",
-        "model.config.intermediate_size=1024",
-        "model.config.vocab_size=32000",
+        *SHAPE_384,
         "+model.config.tie_word_embeddings=true",
-        "model.recipe.precision=fp32",
     ],
     # Another family: GPT-2 (learned positions, LayerNorm with biases, GELU, tied embeddings).
     "gpt2-256": [

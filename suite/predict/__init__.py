@@ -57,31 +57,6 @@ class Estimate:
 class Estimator(Protocol):
     """The one small interface between the search and the predictor (tests script their own)."""
 
-    @staticmethod
-    def _activations_of(t: Trial, tr, impl: Implementation):
-        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
-        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
-        matmuls and attention, which is what selective recomputation keeps (torch.compile's
-        partitioner recomputes the pointwise operators between them); else `tr`'s own."""
-        if t.hardware.device != "cuda" or t.methods.recompute != "none":
-            return tr
-        if not impl.elementwise_fused(t.methods.compile):
-            return tr
-        return traced(t.model, t.methods.attention, "selective", t.precision)
-
-    @staticmethod
-    def model_flops(t: Trial) -> float:
-        """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
-        less the half of causal attention's FLOPs that its kernel skips, as the predicted time
-        counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
-        tr = traced(t.model, t.methods.attention, "none", t.precision)
-        skipped = sum(
-            0.5 * g.count * g.flops_at(1)
-            for g in tr.groups
-            if g.op.startswith(ATTENTION_PREFIX) and len(g.dims) > 5 and g.dims_at(1)[5]
-        )
-        return model_flops(t.model, t.methods.attention) - skipped
-
     def estimate(self, t: Trial) -> Estimate: ...
 
 
