@@ -246,6 +246,15 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     return rows
 
 
+def chosen(ap: argparse.ArgumentParser, models: str) -> tuple[str, ...]:
+    """The --models asked for (empty: all); an unknown one is an error naming the choices."""
+    only = tuple(m for m in models.split(",") if m)
+    unknown = [m for m in only if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    return only
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -299,11 +308,7 @@ def main() -> None:
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:
-        only = tuple(m for m in args.models.split(",") if m)
-        unknown = [m for m in only if m not in MODELS]
-        if unknown:
-            ap.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-        ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats, only)
+        ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats, chosen(ap, args.models))
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
         print(f"calibration: {out['calibration']}", flush=True)
         recs = measure(ts, Path(args.store))
