@@ -165,8 +165,8 @@ def gpu_compute_seconds(
             t, dispatched = flops * (0.5 if causal else 1.0) / rate + gpu.LAUNCH_GAP_S, True
         elif fused:
             t, dispatched = 0.0, False
-        else:
-            t = max(flops / (peak * m.gemm_best), moved / m.memory_bps) + gpu.LAUNCH_GAP_S
+        else:  # a convolution's FLOPs at the GEMMs' rate, anything else at memory speed
+            t = max(flops / (peak * m.gemm_best * m.sustained), moved / m.memory_bps) + gpu.LAUNCH_GAP_S
             dispatched = True
         device[g.phase] += g.count * t
         host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * dispatched

@@ -344,7 +344,10 @@ def _run(model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode) ->
     for p in model.parameters():
         p.grad = None
     gen = torch.Generator().manual_seed(0)
-    inputs = {k: fake_mode.from_tensor(v) for k, v in models.batch(m, micro_batch, gen, "cpu").items()}
+    # Floating inputs (pixels) take the model's dtype, as the worker casts them (suite/engines.py).
+    dtype = next(model.parameters()).dtype
+    batch = models.batch(m, micro_batch, gen, "cpu")
+    inputs = {k: fake_mode.from_tensor(v.to(dtype) if v.is_floating_point() else v) for k, v in batch.items()}
     # Parameters, buffers and inputs exist before the step: a view of one (a weight's
     # transpose) is not an allocation of the step.
     before = [*model.parameters(), *model.buffers(), *inputs.values()]
