@@ -114,6 +114,28 @@ def test_selective_recomputation_keeps_the_matmuls_and_recomputes_the_rest():
     assert backward_ops(sel) > backward_ops(none)  # the cheap operators run again
 
 
+def test_a_fused_loss_keeps_no_fp32_copy_of_the_logits():
+    """A published run whose loss is a fused cross-entropy kernel (flash-attn's) is predicted
+    without transformers' fp32 log-probabilities and their fp32 gradient: at a large vocabulary
+    and micro-batch, where the loss's backward is the peak, two fp32 copies of the logits less;
+    an implementation that does not fuse its loss is predicted exactly as the suite's trial."""
+    from suite import models
+
+    t = compose.trial(
+        ["model=pythia-14m", "hardware=a100-80gb", "model.recipe.seq_len=512", "model.recipe.global_batch=64"]
+        + ["methods.micro_batch=16"]
+    )
+    logits = 16 * 512 * models.shape(t.model).vocab
+    unfused = gpu.Implementation(name="unfused loss", fused=frozenset({"attention", "norm"}))
+    fused = gpu.Implementation(name="fused loss", fused=frozenset({"attention", "norm", "loss"}))
+    suite, same, less = (Predictor().predict(t, impl) for impl in (gpu.SUITE, unfused, fused))
+    assert same.peak_mem_gib == suite.peak_mem_gib and same.device_gib == suite.device_gib
+    saved_bytes = (suite.peak_mem_gib - less.peak_mem_gib) * 2**30
+    assert saved_bytes == pytest.approx(2 * 4 * logits, rel=0.01)
+    with pytest.raises(ValueError, match="causal-lm"):
+        traced(replace(t.model, task="masked-lm"), "sdpa", "none", "bf16", loss="fused")
+
+
 def test_reduce_every_micro_step_is_fsdp2_only_and_keeps_no_unsharded_gradients():
     bad = make_trial(TINY + ["methods.reduce_every_micro_step=true"])
     assert any("reduce_every_micro_step" in p for p in problems(bad))

@@ -172,12 +172,18 @@ class Predictor:
         """The trace whose activations a GPU run keeps: with its norms and activations fused (by
         hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
         matmuls and attention, which is what selective recomputation keeps (torch.compile's
-        partitioner recomputes the pointwise operators between them); else `tr`'s own."""
-        if t.hardware.device != "cuda" or t.methods.recompute != "none":
+        partitioner recomputes the pointwise operators between them); with its loss fused
+        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`trace._FusedCrossEntropy`);
+        else `tr`'s own."""
+        if t.hardware.device != "cuda":
             return tr
-        if not impl.elementwise_fused(t.methods.compile):
+        recompute = t.methods.recompute
+        if recompute == "none" and impl.elementwise_fused(t.methods.compile):
+            recompute = "selective"
+        loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
+        if (recompute, loss) == (t.methods.recompute, "model"):
             return tr
-        return traced(t.model, t.methods.attention, "selective", t.precision)
+        return traced(t.model, t.methods.attention, recompute, t.precision, loss)
 
     @staticmethod
     def model_flops(t: Trial) -> float:
