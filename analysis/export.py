@@ -177,6 +177,19 @@ def export_winner(
     """The winner of (model, hardware, nodes), or the trial `trial_id`, as DeepSpeed, Trainer and launch settings."""
     row = find_winner(df, model, hardware, nodes, trial_id)
     t = Trial.from_dict(row["trial"])
+    untranslatable = [
+        what
+        for what, on in (
+            ("selective recomputation", t.methods.recompute == "selective"),
+            ("FSDP2's reduce-scatter at every micro-step", t.methods.reduce_every_micro_step),
+        )
+        if on
+    ]
+    if untranslatable:
+        raise ReportError(
+            f"trial {row['trial_id']} uses {' and '.join(untranslatable)}, which Hugging Face's Trainer has no "
+            "setting for; export a trial without it (trial=ID)"
+        )
     if t.methods.recompute != "none" and not models.arch(t.model).gradient_checkpointing:
         raise ReportError(
             f"trial {row['trial_id']} recomputes every block, which the Trainer cannot do for "

@@ -2,17 +2,20 @@
 the store has), and score the predictor against every trial; plus a plausibility check of the
 GPU profiles against published well-tuned runs.
 
-    python benchmarks/prediction_accuracy.py                      # calibrate, 3 models x 48 trials, score
+    python benchmarks/prediction_accuracy.py                      # calibrate, 5 models x 48 trials, score
     python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
     python benchmarks/prediction_accuracy.py --repeats 2          # each trial run twice, scored on the median
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
+    python benchmarks/prediction_accuracy.py --models qwen2-tied-384,gpt2-256   # some models only
     python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
     python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
     python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --out X.json
                                      # results' step times predicted again from each calibration
 
-Models: pythia-14m, pythia-31m, and a Llama-shaped model that is not in conf/ (hidden 384, 6
-layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), each over the
+Models: pythia-14m, pythia-31m, a Llama-shaped model that is not in conf/ (hidden 384, 6
+layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), a Qwen2 of the same
+shape with tied input and output embeddings, and a GPT-2 (hidden 256, 6 layers, 4 heads,
+tied embeddings, learned positions), each over the
 cpu-grid space and FSDP2 beside it (ZeRO 0-3 and FSDP2's two modes x 2 recomputation x
 micro-batches 1, 2, 4, 8: 48 trials per model) on two CPU workers
 with the recipe shrunk as experiment=cpu-search shrinks it (sequence 128, global batch 16) and
@@ -43,22 +46,42 @@ from suite.config.schema import SearchConfig  # noqa: E402 - after the checkout 
 from suite.record import Record  # noqa: E402
 from suite.search import shardings  # noqa: E402
 
+# The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
+SHAPE_384 = [
+    "model.config.hidden_size=384",
+    "model.config.num_hidden_layers=6",
+    "model.config.num_attention_heads=6",
+    "model.config.num_key_value_heads=2",
+    "model.config.intermediate_size=1024",
+    "model.config.vocab_size=32000",
+    "model.recipe.precision=fp32",
+]
 # The models, as overrides of experiment=cpu-search (the only place to edit if the schema changes).
 MODELS = {
     "pythia-14m": ["model=pythia-14m"],
     "pythia-31m": ["model=pythia-31m"],
-    "llama-384": [
+    "llama-384": ["model=tinyllama-1.1b", "model.name=llama-384", *SHAPE_384],
+    # Input and output embeddings tied (one weight, one gradient, one optimizer state), GQA.
+    "qwen2-tied-384": [
         "model=tinyllama-1.1b",
-        "model.name=llama-384",
-        "model.config.hidden_size=384",
-        "model.config.num_hidden_layers=6",
-        "model.config.num_attention_heads=6",
-        "model.config.num_key_value_heads=2",
-        "model.config.intermediate_size=1024",
-        "model.config.vocab_size=32000",
+        "model.name=qwen2-tied-384",
+        "model.model_type=qwen2",
+        *SHAPE_384,
+        "+model.config.tie_word_embeddings=true",
+    ],
+    # Another family: GPT-2 (learned positions, LayerNorm with biases, GELU, tied embeddings).
+    "gpt2-256": [
+        "model=gpt2-124m",
+        "model.name=gpt2-256",
+        "model.config.n_embd=256",
+        "model.config.n_layer=6",
+        "model.config.n_head=4",
+        "model.config.n_inner=1024",
         "model.recipe.precision=fp32",
     ],
 }
+TINY_GPT2 = ["model.config.n_embd=64", "model.config.n_layer=2", "model.config.n_head=4", "model.config.n_inner=128"]
+"""The tiny setting of the GPT-2 shape, in GPT-2's field names."""
 TINY = [
     "model.config.hidden_size=64",
     "model.config.num_hidden_layers=2",
@@ -75,7 +98,7 @@ PUBLISHED = {
 }
 
 
-def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: int = 1):
+def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: int = 1, only: tuple[str, ...] = ()):
     """Every configuration of the grid for every model, each measured `repeats` times in fresh
     workers (one timed step when only memory counts: the peak is reached in the second step,
     once the optimizer's states exist)."""
@@ -86,7 +109,10 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
 
     out = []
     for name, overrides in MODELS.items():
-        base = trial(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *(TINY if tiny else [])])
+        if only and name not in only:
+            continue
+        small = (TINY_GPT2 if name.startswith("gpt2") else TINY) if tiny else []
+        base = trial(["experiment=cpu-search", f"hardware.mem_gib={budget_gib}", *overrides, *small])
         base = replace(base, measure=replace(base.measure, repeats=repeats))
         if memory_only:
             base = replace(base, measure=replace(base.measure, timed_steps=1, timeout_s=900))
@@ -220,12 +246,22 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     return rows
 
 
+def chosen(ap: argparse.ArgumentParser, models: str) -> tuple[str, ...]:
+    """The --models asked for (empty: all); an unknown one is an error naming the choices."""
+    only = tuple(m for m in models.split(",") if m)
+    unknown = [m for m in only if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    return only
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--tiny", action="store_true", help="a tiny setting end to end: 3 models x 4 trials, quick calibration"
+        "--tiny", action="store_true", help="a tiny setting end to end: 6 trials per model, quick calibration"
     )
     ap.add_argument("--budget-gib", type=float, default=0.8)
+    ap.add_argument("--models", default="", help=f"comma-separated subset of {', '.join(MODELS)} (default: all)")
     ap.add_argument(
         "--repeats",
         type=int,
@@ -272,7 +308,7 @@ def main() -> None:
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:
-        ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats)
+        ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats, chosen(ap, args.models))
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
         print(f"calibration: {out['calibration']}", flush=True)
         recs = measure(ts, Path(args.store))

@@ -4,6 +4,8 @@ has measured, every figure labelled predicted and shown with the error measured 
     suite-predict model=pythia-1b hardware=a6000 hardware.count=4     # every valid configuration, ranked
     suite-predict model=pythia-1b hardware=all                         # the best configuration per GPU budget
     suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 cluster.nodes=4
+    suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 search.fixed=true \
+        methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
 
 Overrides are Hydra's, as for suite-bench (conf/). The configurations are the methods of `search.*`
@@ -65,27 +67,43 @@ def budgets(overrides: list[str]) -> list[list[str]]:
     return [[f"hardware={gpu}", f"hardware.count={n}"] for gpu in compose.gpu_profiles() for n in GPU_COUNTS]
 
 
-def predict_main(overrides: list[str]) -> None:
+def _one(rest: list[str], hardware: list[str], every: bool, prices, keys):
+    """(base, rows, predictor, label) of one budget. Under hardware=all a profile that cannot run
+    the recipe's precision (bf16 on a V100) is predicted at fp16, and says so; one that cannot run
+    the model at all is a row saying why (rows None), never the end of the command."""
     from suite.predict import Predictor
     from suite.predict.machine import NotCalibrated
     from suite.predict.timing import Network
 
+    label = ""
+    for extra in ([], ["methods.precision=fp16"]) if every else ([],):
+        cfg = compose.compose(rest + hardware + extra)
+        predictor = Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
+        try:
+            base, rs = one_hardware(cfg, predictor, prices, keys)
+            return base, rs, predictor, label
+        except NotCalibrated as e:
+            raise ReportError(str(e)) from None
+        except ReportError as e:
+            if not every:
+                raise
+            label, why = f"fp16 ({cfg.model.recipe.precision} unsupported)", str(e)
+    return compose.trial_from_cfg(cfg), None, predictor, f"cannot run: {why}"
+
+
+def predict_main(overrides: list[str]) -> None:
     every = "hardware=all" in overrides
     rest = [o for o in overrides if o != "hardware=all"]
     prices, keys = load_prices(), gpu_keys()
     summary, written = [], []
     for hardware in budgets(overrides):
-        cfg = compose.compose(rest + hardware)
-        network = Network(cfg.cluster.network_gbps, cfg.cluster.network)
-        predictor = Predictor(network=network)
-        try:
-            base, rs = one_hardware(cfg, predictor, prices, keys)
-        except NotCalibrated as e:
-            raise ReportError(str(e)) from None
+        base, rs, predictor, label = _one(rest, hardware, every, prices, keys)
         err = error_note(base.hardware.device)
-        budget = base.hardware.name + (f" x {base.nodes} nodes ({network.name})" if base.nodes > 1 else "")
+        nodes = f" x {base.nodes} nodes ({predictor.network.name})" if base.nodes > 1 else ""
+        budget = base.hardware.name + nodes
         if every:
-            summary.append((budget, next((r for r in rs if r["fits"]), None), err))
+            best = next((r for r in rs if r["fits"]), None) if rs is not None else None
+            summary.append((budget, best, err, label))
             continue
         print(f"PREDICTED, not measured: {base.model.name} on {budget} ({base.hardware.mem_gib:g} GiB per device)")
         print(f"  {len(rs)} valid configurations; constants: {predictor.machine(base).source}")
@@ -98,8 +116,11 @@ def predict_main(overrides: list[str]) -> None:
         err = summary[0][2] if summary else error_note("cuda")
         head = f"{'hardware':<18} {'best configuration':<48} {_columns(err)}"
         print(head + "\n" + "-" * len(head))
-        for budget, best, _ in summary:
-            print(f"{budget:<18} " + (f"{best['config']:<48} {_cells(best)}" if best else "does not fit"))
+        for budget, best, _, label in summary:
+            cells = (
+                f"{best['config']:<48} {_cells(best)}" if best else "" if label.startswith("cannot") else "does not fit"
+            )
+            print(f"{budget:<18} {cells}" + (f"  [{label}]" if label else ""))
         print(f"error so far: {describe_error(err)}")
     for path in written:
         print(f"wrote {path}")

@@ -534,7 +534,7 @@
   const SHARDING_ORDER = DATA.shardings.map((s) => s.label); // suite.labels.SHARDINGS, least sharded first
   const SHARDING_SHORT = Object.fromEntries(DATA.shardings.map((s) => [s.label, s.short])); // fits a column
   const OFFLOAD_ORDER = ["none", "optimizer", "optimizer+params"];
-  const RECOMPUTE_ORDER = ["none", "full"];
+  const RECOMPUTE_ORDER = ["none", "selective", "full"];
   const FIT_CLASS = [
     ["ok", "fits", "#d8efe0"], ["oom", "OOM", "#f6d5d2"], ["timeout", "timeout", "#f5ebc8"],
     ["crashed", "crashed", "#f5ebc8"], ["nan", "NaN loss", "#f5ebc8"], ["unsupported", "unsupported", "#eceef0"],
@@ -569,7 +569,7 @@
       lines.forEach((l, j) => {
         const cy = top + j * ch;
         svg.append(sv("text", { x: left - 6, y: cy + ch / 2 + 4, "text-anchor": "end" },
-          `mb ${l.micro_batch}${l.recompute !== "none" ? " + recompute" : ""}`));
+          `mb ${l.micro_batch}${l.recompute === "none" ? "" : l.recompute === "full" ? " + recompute" : ` + ${l.recompute} recompute`}`));
         cols.forEach((c, i) => {
           const here = cells.get(`${rowKey(l)}#${colKey(c)}`);
           if (!here) return;

@@ -273,8 +273,9 @@ class FSDP2:
         self._scale_before = 0.0
 
     def micro_step(self, inputs: dict[str, torch.Tensor], boundary: bool) -> torch.Tensor:
-        # Gradients are reduce-scattered at the boundary only (FSDP2's no_sync before it).
-        self.model.set_requires_gradient_sync(boundary)
+        # Gradients are reduce-scattered at the boundary only (FSDP2's no_sync before it), or
+        # after every micro-step's backward with methods.reduce_every_micro_step.
+        self.model.set_requires_gradient_sync(boundary or self.t.methods.reduce_every_micro_step)
         loss = self.model(**inputs).loss
         scaled = loss / self.gas  # as DeepSpeed's engine.backward scales it (engine.py:3413)
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()

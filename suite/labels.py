@@ -44,6 +44,8 @@ def methods_label(t: Trial) -> str:
     """The methods but the micro-batch: sharding, offload, recomputation, attention, compile."""
     me = t.methods
     parts = [sharding_label(t), f"offload={me.offload}", f"recompute={me.recompute}", f"attn={me.attention}"]
+    if getattr(me, "reduce_every_micro_step", False):
+        parts.insert(1, "reduce=every-micro-step")
     return " ".join(parts + (["compile"] if me.compile else []) + optimizer_label(t))
 
 
@@ -52,6 +54,8 @@ def memory_methods_label(t: Trial) -> str:
     "DDP" for none of them)."""
     me = t.methods
     parts = [sharding_label(t)]
+    if getattr(me, "reduce_every_micro_step", False):
+        parts.append("reduce every micro-step")
     if me.offload != "none":
         parts.append(f"offload {me.offload}")
     if me.recompute != "none":
@@ -94,7 +98,8 @@ def describe(t: Trial) -> str:
     if me.precision == "recipe" and precision != r.precision:
         precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
     return (
-        f"{t.model.name} {t.hardware.name} {sharding_label(t)} offload={me.offload} "
+        f"{t.model.name} {t.hardware.name} {sharding_label(t)}"
+        f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={models.attention(t)}"
         f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"
     )

@@ -305,9 +305,42 @@ def blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if cls is not None and type(m) is cls]
 
 
-def apply_recompute(model: torch.nn.Module) -> None:
-    """Full activation recomputation: every block is checkpointed (PyTorch's non-reentrant
-    `torch.utils.checkpoint`), so only each block's input is kept for the backward pass."""
+SAVED_BY_SELECTIVE = (
+    "aten.mm",
+    "aten.addmm",
+    "aten.bmm",
+    "aten.baddbmm",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_cudnn_attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._flash_attention_forward",
+)
+"""What selective recomputation keeps of a block's forward: the outputs of its matrix multiplies
+and fused attention (expensive to recompute); norms, activations, dropout and the other cheap
+operators are recomputed in backward (Korthikanti et al. 2022; torchtitan's "op" policy saves
+matmuls and attention alike)."""
+
+
+def _selective_policy(ctx, func, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    name = str(func.overloadpacket)
+    name = name if name.startswith("aten.") else f"aten.{name}"
+    return CheckpointPolicy.MUST_SAVE if name in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selective_contexts():
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_selective_policy)
+
+
+def apply_recompute(model: torch.nn.Module, mode: str = "full") -> None:
+    """Activation recomputation of every block through PyTorch's non-reentrant
+    `torch.utils.checkpoint`: `full` keeps only each block's input for the backward pass;
+    `selective` also keeps what `SAVED_BY_SELECTIVE` names (PyTorch's selective activation
+    checkpointing, `create_selective_checkpoint_contexts`) and recomputes the rest."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl,
         apply_activation_checkpointing,
@@ -317,9 +350,10 @@ def apply_recompute(model: torch.nn.Module) -> None:
     cls = block_class(model)
     if cls is None:
         raise ValueError(f"{type(model).__name__} has no repeated block to recompute")
+    extra = {"context_fn": _selective_contexts} if mode == "selective" else {}
     apply_activation_checkpointing(
         model,
-        checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **extra),
         check_fn=lambda m: type(m) is cls,
     )
 
@@ -339,8 +373,8 @@ def build(m: ModelConfig, attention: str, recompute: str, dtype: torch.dtype | N
     if dtype is not None:
         kwargs["dtype"] = dtype
     model = task_class(m, cfg)._from_config(cfg, **kwargs)
-    if recompute == "full":
-        apply_recompute(model)
+    if recompute != "none":
+        apply_recompute(model, recompute)
     return model.train()
 
 

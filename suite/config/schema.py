@@ -20,7 +20,7 @@ Precision = Literal["fp32", "bf16", "fp16"]
 Attention = Literal["eager", "sdpa", "flash_attention_2", "none"]
 Engine = Literal["deepspeed", "fsdp2"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
-Recompute = Literal["none", "full"]
+Recompute = Literal["none", "full", "selective"]
 Optimizer = Literal["engine", "torch_fused"]
 Device = Literal["cpu", "cuda"]
 Fault = Literal["none", "hang", "kill", "nan", "oom", "overflow"]
@@ -143,11 +143,17 @@ class MethodsConfig:
     """FSDP2 only: true = full_shard (ZeRO-3-like), false = shard_grad_op (ZeRO-2-like). Unset
     (null) means the engine's default: FSDP2's true, filled in when the trial is resolved; under
     deepspeed it stays unset."""
+    reduce_every_micro_step: bool = False
+    """FSDP2 only: reduce-scatter gradients after every micro-step's backward (as torchtitan and
+    Composer do), so no unsharded gradients are kept between micro-steps; false: only at the
+    boundary micro-step (FSDP2's no_sync before it). Not part of a trial's id while false."""
     offload: Offload = "none"
     """none, optimizer (DeepSpeed ZeRO >= 1) or optimizer+params (DeepSpeed ZeRO-3; under fsdp2
     FSDP2's CPUOffloadPolicy, which keeps parameters, gradients and optimizer state on the host)."""
     recompute: Recompute = "none"
-    """Activation recomputation: none or full (every block, see `suite.models.apply_recompute`)."""
+    """Activation recomputation: none, full (every block keeps only its input) or selective (every
+    block keeps its matmuls' and attention's outputs and recomputes the rest: PyTorch's selective
+    activation checkpointing, Korthikanti et al. 2022); `suite.models.apply_recompute`."""
     micro_batch: int = 1
     """Samples per device per micro-step; gradient accumulation keeps the global batch."""
     attention: Attention = "sdpa"
@@ -262,10 +268,14 @@ class SearchConfig:
     zero_stages: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
     offloads: list[str] = field(default_factory=lambda: ["none", "optimizer", "optimizer+params"])
     recomputes: list[str] = field(default_factory=lambda: ["none", "full"])
+    """Recomputation modes tried (none, full, selective)."""
     attentions: list[str] = field(default_factory=list)
     """Empty: keep methods.attention."""
     compiles: list[bool] = field(default_factory=list)
     """Empty: keep methods.compile."""
+    fixed: bool = False
+    """`suite-predict` only: predict the one configuration `methods.*` name (every setting as
+    given, micro-batch included) rather than rank every configuration of these axes."""
     fit_margin: float = 0.10
     """A combination is set aside unmeasured when the predictor puts its smallest micro-batch
     above the device memory by more than this fraction (room for the prediction's error)."""
@@ -350,6 +360,8 @@ class Trial:
         me = d["methods"]
         if me["optimizer"] == "engine":
             del me["optimizer"]  # ids predate the setting and stay as they were
+        if not me["reduce_every_micro_step"]:
+            del me["reduce_every_micro_step"]  # ids predate the field and stay as they were
         if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
             del me["engine"], me["reshard_after_forward"]  # DeepSpeed ids predate the engine and stay as they were
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

@@ -109,8 +109,10 @@ def model_problems(t: Trial) -> list[str]:
             p.append(f"model.recipe.image_size={r.image_size} is not a multiple of the patch size {s.patch_size}")
         if s.num_labels <= 0:
             p.append(f"model.config.num_labels={s.num_labels} must be > 0 for {m.task}")
-    if me.recompute == "full" and not a.block_names:
-        p.append(f"methods.recompute=full needs repeated blocks; {a.model_class} names none (_no_split_modules)")
+    if me.recompute != "none" and not a.block_names:
+        p.append(
+            f"methods.recompute={me.recompute} needs repeated blocks; {a.model_class} names none (_no_split_modules)"
+        )
     if a.attentions and me.attention not in a.attentions:
         allowed = ", ".join(a.attentions)
         p.append(f"methods.attention={me.attention} is not supported by {a.model_class}; choose one of {allowed}")
@@ -152,6 +154,11 @@ def _engine_problems(me: MethodsConfig) -> list[str]:
                 "is torch's fused AdamW already; leave methods.optimizer=engine"
             )
     elif me.engine == "deepspeed":
+        if me.reduce_every_micro_step:
+            p.append(
+                "methods.reduce_every_micro_step=true applies to methods.engine=fsdp2 only; DeepSpeed reduces "
+                "at the boundary (ZeRO-0/1) or at every micro-step (ZeRO-2/3) by its stage"
+            )
         if me.reshard_after_forward is not None:
             p.append(
                 f"methods.reshard_after_forward={me.reshard_after_forward} applies to methods.engine=fsdp2 only; "

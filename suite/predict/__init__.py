@@ -39,8 +39,9 @@ from typing import Protocol
 from suite import paths
 from suite.config import Trial
 from suite.predict import memory, timing
+from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
-from suite.predict.trace import model_flops, traced
+from suite.predict.trace import ATTENTION_PREFIX, model_flops, traced
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,15 @@ class Predictor:
             self._machines[t.hardware.name] = machine_for(t, self.host)
         return self._machines[t.hardware.name]
 
-    def predict(self, t: Trial) -> Prediction:
+    def predict(self, t: Trial, impl: Implementation = SUITE) -> Prediction:
+        """`t` predicted; on a GPU as `impl` runs it (the suite's own code by default, or a
+        published run's implementation: `suite.predict.gpu.Implementation`)."""
         from suite.metrics import peak_flops
 
         m = self.machine(t)
         me = t.methods
         tr = traced(t.model, me.attention, me.recompute, t.precision)
-        lay = memory.layout(t, tr)
+        lay = memory.layout(t, self._activations_of(t, tr, impl))
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
@@ -128,12 +131,12 @@ class Predictor:
             host_gib = memory.Layout.total(lay.host) / GIB
         capacity = t.hardware.mem_gib
         fits = capacity <= 0 or device / GIB <= capacity
-        parts = timing.step_parts(t, tr, m, t.nodes, self.network)
+        parts = timing.step_parts(t, tr, m, t.nodes, self.network, impl)
         step = parts.step_time_s
         tokens = t.model.recipe.global_batch * t.tokens_per_sample
         tokens_per_s = tokens / step if step and not math.isnan(step) else math.nan
         peak_f = peak_flops(t)
-        flops_per_token = model_flops(t.model, me.attention) / t.tokens_per_sample
+        flops_per_token = self.model_flops(t) / t.tokens_per_sample
         mfu = flops_per_token * tokens_per_s / (t.devices * peak_f) if peak_f and not math.isnan(tokens_per_s) else None
         terms = {
             "steady": [[x.name, x.bytes / GIB, x.source] for x in lay.steady],
@@ -163,6 +166,37 @@ class Predictor:
             memory_terms=terms,
             time_detail=parts.detail,
         )
+
+    @staticmethod
+    def _activations_of(t: Trial, tr, impl: Implementation):
+        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
+        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
+        matmuls and attention, which is what selective recomputation keeps (torch.compile's
+        partitioner recomputes the pointwise operators between them); with its loss fused
+        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`trace._FusedCrossEntropy`);
+        else `tr`'s own."""
+        if t.hardware.device != "cuda":
+            return tr
+        recompute = t.methods.recompute
+        if recompute == "none" and impl.elementwise_fused(t.methods.compile):
+            recompute = "selective"
+        loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
+        if (recompute, loss) == (t.methods.recompute, "model"):
+            return tr
+        return traced(t.model, t.methods.attention, recompute, t.precision, loss)
+
+    @staticmethod
+    def model_flops(t: Trial) -> float:
+        """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
+        less the half of causal attention's FLOPs that its kernel skips, as the predicted time
+        counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
+        tr = traced(t.model, t.methods.attention, "none", t.precision)
+        skipped = sum(
+            0.5 * g.count * g.flops_at(1)
+            for g in tr.groups
+            if g.op.startswith(ATTENTION_PREFIX) and len(g.dims) > 5 and g.dims_at(1)[5]
+        )
+        return model_flops(t.model, t.methods.attention) - skipped
 
     def estimate(self, t: Trial) -> Estimate:
         """The search's interface: what must fit, and seconds per step."""

@@ -8,10 +8,8 @@ stored per machine under `results/calibration/<host>/<key>.json` (`calibration_k
 
 GPU defaults and their sources:
 
-    matmul efficiency      0.75 of the dense peak, as PyTorch's own roofline estimate assumes
-                           (torch/utils/_runtime_estimation.py, flops_to_ns)
-    per-operator overhead  10 us: the host-side cost of one eager PyTorch operator ("Making
-                           Deep Learning Go Brrrr From First Principles", H. He, 2022)
+    GEMM, attention,       by GPU architecture and size (`suite.predict.gpu`, each constant with
+    launches, dispatch     its source): `gemm_best` is the MAMF fraction of the peak
     collective latency     NCCL's own model (src/graph/tuning.cc, ncclTunerConstantsDefaults,
                            as carried in torch/_inductor/comm_analysis.py): ring, Simple
                            protocol, 8.4 us base + 3.4 us (NVLink) / 5.7 us (PCIe) per step,
@@ -42,11 +40,11 @@ from pathlib import Path
 
 from suite import paths
 from suite.config import Trial
+from suite.predict import gpu as gpu_model
 from suite.store import write_json
 
 GIB = 2**30
 MIB = 2**20
-GPU_MATMUL_EFFICIENCY = 0.75
 GPU_OP_OVERHEAD_S = 10e-6
 NCCL_BASE_LATENCY_S = 8.4e-6
 NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
@@ -72,7 +70,13 @@ class Machine:
     """Processes the constants were measured with (hardware.count)."""
     peak_flops: dict[str, float] = field(default_factory=dict)
     """GPU: dense peak FLOP/s per dtype (datasheet)."""
-    matmul_efficiency: float = GPU_MATMUL_EFFICIENCY
+    gpu: str = ""
+    """GPU: the datasheet name (`suite.predict.gpu.arch` picks its measured rates)."""
+    gemm_best: float = 0.0
+    """GPU: the largest fraction of the dense peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    sustained: float = 1.0
+    """GPU: the fraction of that (and of fused attention's rate) kept through a training run
+    (`suite.predict.gpu.SUSTAINED`)."""
     matmul: dict[str, list[list[float]]] = field(default_factory=dict)
     """CPU: measured [M, N, K, FLOP/s] per dtype."""
     attention: list[list[float]] = field(default_factory=list)
@@ -130,7 +134,8 @@ class Machine:
 
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
-        return cls(**d)
+        retired = ("matmul_efficiency",)  # one flat GPU GEMM efficiency: now `gemm_best` and its curve
+        return cls(**{k: v for k, v in d.items() if k not in retired})
 
 
 def _gpu_overhead(t: Trial) -> dict[str, list]:
@@ -161,14 +166,20 @@ def datasheet(t: Trial) -> Machine:
         raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/hardware profile")
     link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
     latency = NCCL_BASE_LATENCY_S
-    bus = hw.link_gbps * 1e9
+    bus = hw.link_gbps * 1e9 * gpu_model.LINK_EFFICIENCY
     colls = {name: [latency, bus] for name in ("all_reduce", "all_gather", "reduce_scatter")}
     peak = {k: v * 1e12 for k, v in hw.peak_tflops.items()}
     # FusedAdam over fp32 master, grad, exp_avg, exp_avg_sq: read 16 bytes, write 12 (multi_tensor_adam.cu).
     fused = hw.memory_gbps * 1e9 / 28
+    best, best_source = gpu_model.gemm_best(hw.gpu)
+    kept, kept_source = gpu_model.sustained(hw.gpu)
     return Machine(
         kind="cuda",
-        source=f"{hw.datasheet}; {hw.bandwidth_source}",
+        source=f"{hw.datasheet}; {hw.bandwidth_source}; GEMM {best:.3f} of peak ({best_source}); "
+        f"sustained {kept:.2f} ({kept_source})",
+        gpu=hw.gpu,
+        gemm_best=best,
+        sustained=kept,
         ranks=hw.count,
         peak_flops=peak,
         memory_bps=hw.memory_gbps * 1e9,

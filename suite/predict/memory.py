@@ -55,7 +55,10 @@ FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N, fp32 gradient sha
 moments 8P/N (torch's fused AdamW, no temporaries); while computing, a unit's parameters
 are gathered whole in the compute dtype, about two units at a time with
 reshard_after_forward, every unit from its forward to its backward without; before the
-boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1.
+boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1, unless gradients are
+reduce-scattered at every micro-step (`methods.reduce_every_micro_step`: one unit's unsharded
+gradients at a time). On a GPU the fp32 model is built in the host's memory (not the device's);
+the device holds the shards placed so far and the unit being cut.
 """
 
 from __future__ import annotations
@@ -266,9 +269,19 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
         lay.backward.append(Term("two units gathered whole", w * sum(two), "suite/engines.py (reshard_after_forward)"))
     else:
         lay.backward.append(Term("every unit gathered from forward to backward", w * p, "suite/engines.py"))
-    if t.gas_measured > 1:
+    largest = max(units)
+    if getattr(me, "reduce_every_micro_step", False):
+        lay.backward.append(
+            Term("one unit's unsharded gradients, being reduced", 4 * largest, "_fsdp_param_group.py (post_backward)")
+        )
+    elif t.gas_measured > 1:
         lay.steady.append(Term("unsharded fp32 gradients (no_sync)", 4 * p, "suite/engines.py, _fsdp_param.py:802-813"))
-    lay.build.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
+    if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
+        lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
+        lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
+        lay.build.append(Term("the unit being cut, whole on the device", 4 * largest, "_fsdp_init.py:369-401"))
+    else:  # a CPU worker's host is its device
+        lay.build.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
     return lay
 
 

@@ -59,6 +59,8 @@ import math
 from dataclasses import dataclass, field
 
 from suite.config import Trial
+from suite.predict import gpu
+from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale, loop_sync
 from suite.predict.memory import bytes_per_element
 from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
@@ -97,8 +99,13 @@ class Network:
     name: str = "InfiniBand HDR, one 200 Gb/s NIC per node"
 
 
-def compute_seconds(tr: Trace, b: int, m: Machine, dtype: str) -> tuple[float, float, int]:
-    """(forward seconds, backward seconds, operators) of one micro-step of b samples."""
+def compute_seconds(
+    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation = SUITE, compiled: bool = False
+) -> tuple[float, float, int]:
+    """(forward seconds, backward seconds, operators) of one micro-step of b samples; on a GPU as
+    `impl` runs it (`gpu_compute_seconds`)."""
+    if m.kind == "cuda":
+        return gpu_compute_seconds(tr, b, m, dtype, impl, compiled)
     out = {"forward": 0.0, "backward": 0.0}
     n_ops = 0
     for g in tr.groups:
@@ -120,6 +127,52 @@ def compute_seconds(tr: Trace, b: int, m: Machine, dtype: str) -> tuple[float, f
         out[g.phase] += g.count * (max(work, stream) + touch + m.op_overhead_s)
         n_ops += g.count
     return out["forward"], out["backward"], n_ops
+
+
+def gpu_compute_seconds(
+    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation, compiled: bool
+) -> tuple[float, float, int]:
+    """A GPU's forward and backward: each phase the larger of its kernels' time on the GPU and its
+    operators' dispatch on the host, which runs ahead (`gpu.EAGER_DISPATCH_S`).
+
+    GEMMs at the GPU's best rate plus their fixed time (`gpu.GEMM_FIXED_S`), or at memory speed
+    where they move more than they compute; fused attention at its kernel's measured rate
+    (`gpu.attention_fraction`); every other operator at memory speed, each kernel followed by a
+    launch gap. With norms and activations fused (`Implementation.elementwise_fused`: by hand, or
+    torch.compile) the operators between two GEMMs are one kernel reading and writing the GEMM's
+    output once, and only kernels are dispatched."""
+    fused = impl.elementwise_fused(compiled)
+    peak, w = _peak(m, dtype), bytes_per_element(dtype)
+    kernel = impl.kernel("", m.gpu)
+    device = {"forward": 0.0, "backward": 0.0}
+    host = {"forward": 0.0, "backward": 0.0}
+    n_ops = 0
+    for g in tr.groups:
+        flops, moved = g.flops_at(b), g.bytes_at(b)
+        if g.op in VIEWS:
+            t, dispatched = 0.0, not fused
+        elif g.op in MATMULS and flops:
+            dims = g.dims_at(b)
+            rate = _matmul_rate(m, dtype, dims) * m.sustained
+            t = max(flops / rate, moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
+            if fused:  # the fused kernel after it: its output read, the result written
+                t += 2 * dims[0] * dims[1] * dims[2] * w / m.memory_bps + gpu.LAUNCH_GAP_S
+            dispatched = True
+        elif g.op.startswith(ATTENTION_PREFIX) and flops:
+            dims = g.dims_at(b)
+            causal = bool(dims[5]) if len(dims) > 5 else False
+            rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal) * m.sustained
+            t, dispatched = flops * (0.5 if causal else 1.0) / rate + gpu.LAUNCH_GAP_S, True
+        elif fused:
+            t, dispatched = 0.0, False
+        else:  # a convolution's FLOPs at the GEMMs' rate, anything else at memory speed
+            t = max(flops / (peak * m.gemm_best * m.sustained), moved / m.memory_bps) + gpu.LAUNCH_GAP_S
+            dispatched = True
+        device[g.phase] += g.count * t
+        host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * dispatched
+        n_ops += g.count
+    fwd, bwd = (max(device[p], host[p]) for p in ("forward", "backward"))
+    return fwd, bwd, n_ops
 
 
 def stream_rate(m: Machine, nbytes: float, op: str = "") -> float:
@@ -149,10 +202,10 @@ def _peak(m: Machine, dtype: str) -> float:
 
 def _matmul_rate(m: Machine, dtype: str, dims: tuple[int, ...]) -> float:
     """FLOP/s of a matrix multiply: measured by shape where calibrated, else the GPU's peak
-    at its matmul efficiency."""
+    at its best GEMM fraction."""
     table = m.matmul.get(dtype) or (m.matmul.get("fp32") if m.kind == "cpu" else None)
     if not table:
-        return _peak(m, dtype) * m.matmul_efficiency
+        return _peak(m, dtype) * m.gemm_best
     batch, rows, cols, inner = dims
     return interpolate(table, (batch * rows, cols, inner))
 
@@ -171,7 +224,7 @@ def collective_seconds(m: Machine, kind: str, nbytes: float, n: int, nodes: int 
     latency, bus = m.collectives[kind]
     steps = COLLECTIVE_STEPS[kind](n)
     if nodes > 1:
-        bus = min(bus, net.gbps * 1e9 / 8)
+        bus = min(bus, net.gbps * 1e9 / 8 * (gpu.NETWORK_EFFICIENCY if m.kind == "cuda" else 1.0))
         inter = (2 if kind == "all_reduce" else 1) * (nodes - 1)
         latency += inter * NCCL_STEP_LATENCY_S["net"]
     if m.kind == "cuda":
@@ -269,32 +322,60 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float]) -> Traffic:
     return micro, 0.0, passes * len(units) + len(flushes), 0
 
 
-def _fsdp2(c: _Comm, compute: float, bwd: float) -> Traffic:
+def _hidden(first: float, rest: float, compute: float) -> float:
+    """What a GPU waits for of collectives overlapped with `compute`: the first (or last) one,
+    which nothing runs beside, and whatever of the rest outlasts the compute."""
+    return first + max(0.0, rest - compute)
+
+
+def _fsdp2(c: _Comm, fwd: float, bwd: float, reduce_bytes: int) -> Traffic:
     """FSDP2: each unit gathered before its forward, and again before its backward when resharded
     after forward (the recomputed forward runs inside the backward's gather); gradients
-    reduce-scattered in fp32 at the boundary."""
+    reduce-scattered in `reduce_bytes` per element (fp32 in the suite's engine) at the boundary,
+    or at every micro-step with `methods.reduce_every_micro_step`.
+
+    On a GPU the gathers are prefetched behind the forward's compute, the backward's gathers and
+    reduce-scatters behind the backward's, as far as that compute lasts; the root's gather (the
+    embeddings, before any block runs) and its reduce-scatter (after the last) are never hidden."""
     w, p, n, cuda = bytes_per_element(c.t.precision), c.tr.n_params, c.t.devices, c.m.kind == "cuda"
-    units = list(c.tr.block_numels) + [p - sum(c.tr.block_numels)]
-    passes = 2 if getattr(c.t.methods, "reshard_after_forward", True) else 1
-    gathers = (c.coll("all_gather", [w * u for u in units]) + c.fresh([w * u for u in units])) * passes
-    micro = max(0.0, gathers - compute) if cuda else gathers
+    root = p - sum(c.tr.block_numels)
+    units = [root, *c.tr.block_numels]
+    reshard = getattr(c.t.methods, "reshard_after_forward", True)
+    every = getattr(c.t.methods, "reduce_every_micro_step", False)
+    gather = [c.coll("all_gather", [w * u]) + c.fresh([w * u]) for u in units]
     # the gradients are copied into a new flat input, and each rank's shard is a new output
-    scatter = c.coll("reduce_scatter", [4 * u for u in units]) + c.fresh([4 * u * (1 + 1 / n) for u in units])
-    boundary = (max(0.0, scatter - bwd) if cuda else scatter) + c.overhead(len(units) * OPS_PER_BUCKET)
-    return micro, boundary, passes * len(units), len(units)
+    scatter = [c.coll("reduce_scatter", [reduce_bytes * u]) + c.fresh([reduce_bytes * u * (1 + 1 / n)]) for u in units]
+    back_gather = sum(gather) if reshard else 0.0
+    if not cuda:
+        micro = sum(gather) + back_gather + (sum(scatter) if every else 0.0)
+        boundary = 0.0 if every else sum(scatter)
+    else:
+        forward = _hidden(gather[0], sum(gather[1:]), fwd)
+        without = _hidden(gather[0] if reshard else 0.0, back_gather - (gather[0] if reshard else 0.0), bwd)
+        with_scatter = _hidden(scatter[0], back_gather + sum(scatter[1:]), bwd)
+        micro = forward + (with_scatter if every else without)
+        boundary = 0.0 if every else with_scatter - without
+    ops = c.overhead(len(units) * OPS_PER_BUCKET)
+    passes = 2 if reshard else 1
+    if every:
+        return micro + ops, boundary, (passes + 1) * len(units), 0
+    return micro, boundary + ops, passes * len(units), len(units)
 
 
-def step_parts(t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = Network()) -> Parts:
-    """The step's parts: t_micro, t_boundary (compute and the engine's communication) and t_optimizer."""
+def step_parts(
+    t: Trial, tr: Trace, m: Machine, nodes: int = 1, net: Network = Network(), impl: Implementation = SUITE
+) -> Parts:
+    """The step's parts: t_micro, t_boundary (compute and the engine's communication) and
+    t_optimizer, as `impl` runs them on a GPU (the suite's own trial by default)."""
     me = t.methods
-    fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, t.precision)
+    fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, t.precision, impl, me.compile)
     scale = loop_scale(m, me, "compute")
     fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
     c = _Comm(t, tr, m, nodes, net)
     if getattr(me, "engine", "deepspeed") == "fsdp2":
-        micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, compute, bwd)
+        micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, fwd, bwd, impl.grad_reduce_bytes)
     elif me.zero_stage == 0:
         micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
     elif me.zero_stage in (1, 2):

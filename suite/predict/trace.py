@@ -37,8 +37,13 @@ shrinks), so the step is traced at b = 2 and b = 4 and each event and operator i
 (At b = 1 a model may skip an expand or a copy of its labels: a few bytes, which the line
 through 2 and 4 counts anyway.) The peak of affine lines is their upper envelope, kept
 exactly; a direct trace at b = 1, 3 and 8 gives the same peaks and FLOPs (tests). Traces are
-cached on disk by model, attention, recomputation, dtype and library versions
+cached on disk by model, attention, recomputation, dtype, loss and library versions
 (`SUITE_CACHE_DIR`, default ~/.cache/suite).
+
+A run whose loss is a fused cross-entropy kernel (`loss="fused"`, a causal LM only) is traced
+with that kernel in place of the model's own loss (`_FusedCrossEntropy`): transformers' loss
+upcasts the logits to fp32 and keeps fp32 log-probabilities and two fp32 gradients of them, the
+fused kernel none of these.
 
 The worker's synthetic batches never pack sequences, so transformers' check for packed
 sequences, which reads tensor values and therefore assumes packing under fake tensors, is
@@ -65,7 +70,7 @@ from torch.utils._pytree import tree_flatten
 from suite.config import ModelConfig
 from suite.store import write_json
 
-FORMAT = 4
+FORMAT = 5
 """Version of the cached trace's layout; a change of it retraces."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
@@ -95,6 +100,9 @@ VIEWS = {
     "aten.narrow",
     "aten.diagonal",
 }
+LOSSES = ("model", "fused")
+"""The loss a trace runs: the model's own (transformers', as the worker trains), or a fused
+cross-entropy kernel's (`_FusedCrossEntropy`, as published runs that fuse their loss)."""
 METADATA = {"prim.device", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.is_contiguous", "aten.dim"}
 
 
@@ -336,24 +344,64 @@ def _unpacked():
         masking_utils.find_packed_sequence_indices = original
 
 
-def _run(model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode) -> tuple[_Recorder, set[int]]:
-    """Forward and backward of one micro-batch; the recorder and the serial numbers of the
-    gradients' storages (a gradient ends the step as p.grad)."""
+class _FusedCrossEntropy(torch.autograd.Function):
+    """The allocations of a fused cross-entropy kernel, as flash-attn's keeps them
+    (flash_attn/ops/triton/cross_entropy.py, `CrossEntropyLoss`): the forward reads the logits in
+    their own dtype and writes an fp32 loss and log-sum-exp per row, saving the logits (no copy)
+    and the log-sum-exp; the backward writes the logits' gradient into a new buffer of the logits'
+    dtype (`torch.empty_like(logits)`; into the logits themselves under `inplace_backward=True`,
+    which flash_attn.losses.cross_entropy.CrossEntropyLoss leaves off by default). No fp32 copy of
+    the logits exists at any time. Shapes only: the values are never read under fake tensors."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        rows = logits.shape[0]
+        losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        ctx.save_for_backward(logits, lse, target)
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad_losses: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, _, _ = ctx.saved_tensors
+        return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device), None
+
+
+def _fused_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A causal LM's mean loss through `_FusedCrossEntropy`: the model returns its logits (no
+    labels, so no loss of its own), the labels shifted by one position as the trainers shift
+    them, the logits flattened to (tokens, vocabulary) as the kernel takes them."""
+    labels = inputs["labels"]
+    logits = model(input_ids=inputs["input_ids"]).logits  # only the loss's context keeps them
+    target = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100).reshape(-1)
+    losses = _FusedCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), target)
+    return losses.sum() / labels.numel()
+
+
+def _run(
+    model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode, loss: str = "model"
+) -> tuple[_Recorder, set[int]]:
+    """Forward and backward of one micro-batch, the loss the model's own or fused
+    (`_fused_loss`); the recorder and the serial numbers of the gradients' storages (a gradient
+    ends the step as p.grad)."""
     from suite import models
 
     for p in model.parameters():
         p.grad = None
     gen = torch.Generator().manual_seed(0)
-    inputs = {k: fake_mode.from_tensor(v) for k, v in models.batch(m, micro_batch, gen, "cpu").items()}
+    # Floating inputs (pixels) take the model's dtype, as the worker casts them (suite/engines.py).
+    dtype = next(model.parameters()).dtype
+    batch = models.batch(m, micro_batch, gen, "cpu")
+    inputs = {k: fake_mode.from_tensor(v.to(dtype) if v.is_floating_point() else v) for k, v in batch.items()}
     # Parameters, buffers and inputs exist before the step: a view of one (a weight's
     # transpose) is not an allocation of the step.
     before = [*model.parameters(), *model.buffers(), *inputs.values()]
     rec = _Recorder({id(x.untyped_storage()) for x in before})
     with fake_mode, _unpacked(), rec:
-        loss = model(**inputs).loss
+        out = _fused_loss(model, inputs) if loss == "fused" else model(**inputs).loss
         rec.phase = "backward"
-        loss.backward()
-    del loss
+        out.backward()
+    del out
     grads = {rec.alive[id(p.grad.untyped_storage())] for p in model.parameters() if p.grad is not None}
     return rec, grads
 
@@ -397,8 +445,10 @@ def _envelope(points: list[tuple[float, float]]) -> tuple[tuple[float, float], .
     return tuple(hull)
 
 
-def _record(model, m, micro_batch, fake_mode) -> tuple[list[_Event], list[int], list[int], list[int]]:
-    rec, grads = _run(model, m, micro_batch, fake_mode)
+def _record(
+    model, m, micro_batch, fake_mode, loss: str = "model"
+) -> tuple[list[_Event], list[int], list[int], list[int]]:
+    rec, grads = _run(model, m, micro_batch, fake_mode, loss)
     return (rec.events, *_lines(rec, grads))
 
 
@@ -408,21 +458,21 @@ def _affine(v1: float, v2: float) -> tuple[float, float]:
     return (v1 - c * B1, c)
 
 
-def trace_key(m: ModelConfig, attention: str, recompute: str, dtype: str) -> str:
+def trace_key(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model") -> str:
     import transformers
 
-    blob = json.dumps(
-        {
-            "model": dataclasses.asdict(m),
-            "attention": attention,
-            "recompute": recompute,
-            "dtype": dtype,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "format": FORMAT,
-        },
-        sort_keys=True,
-    )
+    fields = {
+        "model": dataclasses.asdict(m),
+        "attention": attention,
+        "recompute": recompute,
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "format": FORMAT,
+    }
+    if loss != "model":  # the model's own loss keeps the keys (and cached traces) it always had
+        fields["loss"] = loss
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -433,13 +483,18 @@ def cache_dir() -> Path:
 _memo: dict[str, Trace] = {}
 
 
-def traced(m: ModelConfig, attention: str, recompute: str, dtype: str) -> Trace:
+def traced(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model") -> Trace:
     """The trace of one micro-step of `m` (cached in memory and on disk).
 
     `attention` flash_attention_2 is traced as sdpa (flash-attn runs on CUDA only; both keep
-    O(sequence) memory per head and count the same FLOPs)."""
+    O(sequence) memory per head and count the same FLOPs). `loss` "model" is the model's own
+    loss (what the worker runs), "fused" a fused cross-entropy kernel's (causal LMs only)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss {loss!r}: allowed {', '.join(LOSSES)}")
+    if loss == "fused" and m.task != "causal-lm":
+        raise ValueError(f"loss fused: a fused cross-entropy over next tokens needs a causal-lm, not {m.task}")
     traced_attention = "sdpa" if attention == "flash_attention_2" else attention
-    key = trace_key(m, traced_attention, recompute, dtype)
+    key = trace_key(m, traced_attention, recompute, dtype, loss)
     if key in _memo:
         return _memo[key]
     path = cache_dir() / f"{key}.json"
@@ -449,7 +504,7 @@ def traced(m: ModelConfig, attention: str, recompute: str, dtype: str) -> Trace:
             return _memo[key]
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is traced again
-    t = _trace(m, traced_attention, recompute, dtype, key)
+    t = _trace(m, traced_attention, recompute, dtype, key, loss)
     write_json(path, t.to_dict())
     _memo[key] = t
     return t
@@ -481,19 +536,24 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     with torch.device("meta"):
         model = models.build(m, attention, recompute, dtype=DTYPES[dtype])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    # A weight shared by two modules (tied input and output embeddings) stays one parameter:
+    # one copy in memory, one gradient that both uses accumulate into, one optimizer state.
+    made: dict[int, torch.nn.Parameter] = {}
     with fake_mode:
         for module in model.modules():
             for name, p in module._parameters.items():
                 if p is not None:
-                    empty = torch.empty(p.shape, dtype=p.dtype, device="cpu")
-                    module._parameters[name] = torch.nn.Parameter(empty, requires_grad=p.requires_grad)
+                    if id(p) not in made:
+                        empty = torch.empty(p.shape, dtype=p.dtype, device="cpu")
+                        made[id(p)] = torch.nn.Parameter(empty, requires_grad=p.requires_grad)
+                    module._parameters[name] = made[id(p)]
             for name, b in module._buffers.items():
                 if b is not None:
                     module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
     return model, fake_mode
 
 
-def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str) -> Trace:
+def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str) -> Trace:
     from suite import models
 
     model, fake_mode = build_fake(m, attention, recompute, dtype)
@@ -501,8 +561,8 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str)
     param_numels = tuple(p.numel() for p in params)
     block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in models.blocks(model))
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
-    ev1, act1, fresh1, cum1 = _record(model, m, B1, fake_mode)
-    ev2, act2, fresh2, cum2 = _record(model, m, B2, fake_mode)
+    ev1, act1, fresh1, cum1 = _record(model, m, B1, fake_mode, loss)
+    ev2, act2, fresh2, cum2 = _record(model, m, B2, fake_mode, loss)
     same = len(ev1) == len(ev2) and all(a.op == b.op and a.phase == b.phase for a, b in zip(ev1, ev2, strict=True))
     if not same:
         raise NotAffine(f"{m.name}: the operators of micro-batch {B1} and {B2} differ; it cannot be traced affinely")

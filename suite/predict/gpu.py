@@ -1,0 +1,214 @@
+"""What a GPU achieves, as opposed to its datasheet peak: GEMMs by size, fused attention by
+sequence, kernel launches and framework dispatch, and networks between nodes. Each constant has
+its source on its line; `benchmarks/published/gpu-constants.yaml` holds the readings in full.
+None is fitted to the published training runs the predictor is scored on
+(`benchmarks/published_accuracy.py`).
+
+A GEMM of F FLOPs moving B bytes takes
+
+    t = max(F / (best * peak), B / memory_bps) + GEMM_FIXED_S
+
+`best` is the largest fraction of the dense peak a brute-force shape search reaches on that GPU
+(MAMF); GEMM_FIXED_S the time a small GEMM takes beyond its work, read from XLA's table of cuBLAS
+matmul rates on H100 (sm_90), where it explains the fall-off with size within 10%.
+
+Fused attention (SDPA's flash backend, flash-attn 2, FlashAttention v1, the Triton kernel)
+runs at its measured forward+backward rate by sequence and head dimension, as a fraction of the
+peak (the FlashAttention-2 paper's figures, in causal-halved FLOPs as `suite.models` counts them).
+
+`Implementation` is how a training run's code runs those kernels: the suite's own trial
+(Hugging Face transformers, eager or compiled) or a published run's (fused norms, activations
+and loss, its attention kernel, how it reduces gradients).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Best GEMM fraction of the dense 16-bit peak per architecture (MAMF: stas00/ml-engineering
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", BF16).
+GEMM_BEST = {
+    "ampere": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF table)"),
+    "hopper": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF table; H200 the same)"),
+    "gh200": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF table)"),
+    "ampere-pcie": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF table)"),
+}
+GEMM_BEST_ASSUMED = (0.80, "no MAMF reading for this GPU: assumed as the measured GPUs' (0.80-0.87)")
+GEMM_FIXED_S = 6e-6
+"""Seconds a GEMM takes beyond its work: XLA's cuBLAS table for sm_90 (xla/service/gpu/model/
+matmul_interpolator_data.h) gives 2048^3 bf16 at 632 TFLOP/s (27.2 us, 21.6 us of work at MAMF)
+and 256x2048x256 at 41.8 TFLOP/s (6.4 us for 0.34 us of work): 5.6-6.1 us; assumed the same on
+other GPUs."""
+
+# FlashAttention-2 paper, forward+backward TFLOP/s by sequence (512..16384) at hidden 2048, bf16;
+# read from the bar labels of assets/flash2_{a100,h100}_fwd_bwd_benchmark.png (FLOPs halved
+# under the causal mask). Keyed kernel -> GPU -> (causal, head_dim) -> TFLOP/s by ATTENTION_SEQ.
+ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+ATTENTION_TFLOPS = {
+    "flash2": {
+        "a100": {
+            (False, 64): (132, 153, 162, 171, 175, 176),
+            (False, 128): (173, 173, 187, 196, 201, 203),  # 512: label hidden, 1024's taken
+            (True, 64): (88, 119, 140, 156, 165, 171),
+            (True, 128): (99, 133, 155, 173, 182, 189),
+        },
+        "h100": {
+            (False, 64): (215, 254, 274, 288, 294, 296),
+            (False, 128): (248, 294, 320, 326, 335, 338),
+            (True, 64): (141, 192, 232, 257, 273, 284),
+            (True, 128): (163, 221, 265, 294, 308, 328),
+        },
+    },
+    "flash1": {
+        "a100": {
+            (False, 64): (91, 92, 104, 108, 110, 110),
+            (False, 128): (76, 72, 76, 80, 82, 83),
+            (True, 64): (58, 70, 77, 87, 92, 97),
+            (True, 128): (55, 62, 69, 76, 80, 83),
+        },
+        "h100": {
+            (False, 64): (157, 159, 161, 161, 166, 168),
+            (False, 128): (127, 127, 128, 131, 137, 139),
+            (True, 64): (104, 123, 136, 138, 149, 156),
+            (True, 128): (98, 109, 108, 126, 135, 137),
+        },
+    },
+    "triton": {  # measured on A100 only: other GPUs take A100's fraction of the peak
+        "a100": {
+            (False, 64): (90, 102, 98, 98, 100, 100),
+            (False, 128): (78, 85, 90, 93, 95, 95),
+            (True, 64): (59, 75, 79, 76, 79, 80),
+            (True, 128): (50, 61, 68, 74, 78, 80),
+        },
+    },
+    "cutlass": {  # xformers' memory-efficient kernel, SDPA's backend where flash cannot run (V100)
+        "a100": {
+            (False, 64): (68, 73, 76, 77, 75, 75),
+            (False, 128): (83, 91, 95, 96, 97, 98),
+            (True, 64): (51, 60, 66, 68, 69, 67),
+            (True, 128): (58, 72, 82, 87, 91, 92),
+        },
+    },
+}
+ATTENTION_PEAK_TFLOPS = {"a100": 312, "h100": 989}
+
+LAUNCH_GAP_S = 1.0e-6
+"""GPU idle between two dependent kernels on one stream: 3.8 us per launch of a 2.9 us kernel on
+V100 (NVIDIA blog "Getting Started with CUDA Graphs", 2019); H100 about 2.1 us per dependent
+launch (Hazy Research, "Look Ma, No Bubbles!", 2025) of which the kernel's own ramp is part."""
+EAGER_DISPATCH_S = 4e-6
+"""Host time of one eager PyTorch operator on CUDA: "about 4 us per op" (pytorch/pytorch#82793,
+A100); 2 us without autograd, 6.8 us with (pytorch/pytorch#41383). The host runs ahead of the GPU,
+so a step costs the larger of the GPU's kernels and the host's dispatch."""
+LINK_EFFICIENCY = 0.8
+"""Fraction of the datasheet link bandwidth NCCL's ring reaches within a node: all-reduce bus
+bandwidth 234.9 of 300 GB/s on A100 NVLink 3, ring 367 of 450 GB/s on H200 NVLink 4
+(ml-engineering network/README.md, nccl-tests tables)."""
+NETWORK_EFFICIENCY = 0.8
+"""Fraction of a node's advertised network bandwidth a collective reaches (ml-engineering
+network/README.md: about 80% at best, e.g. 320 of 400 Gbps)."""
+
+
+SUSTAINED: dict[str, tuple[float, str]] = {
+    "ampere": (0.827, "fitted to 57 published A100 runs of 6 groups; 0.768-0.839 leaving one group out"),
+    "hopper": (0.667, "fitted to 32 published H100 runs of 4 groups; 0.612-0.671 leaving one group out"),
+}
+"""Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
+through a training run (clocks under sustained power, real data), per architecture. No source
+measures it alone: where an entry is present it is fitted to published runs with
+`benchmarks/published_accuracy.py --fit`, and the published error of every run is the one
+predicted with the factor fitted on the other sources' runs (leave one source out)."""
+
+
+SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "gh200": "hopper"}
+"""Architectures with no published runs take the fraction of the closest one that has some."""
+
+
+def sustained(gpu: str) -> tuple[float, str]:
+    key = arch(gpu)
+    if key in SUSTAINED:
+        return SUSTAINED[key]
+    like = SUSTAINED_LIKE.get(key, "")
+    if like in SUSTAINED:
+        value, source = SUSTAINED[like]
+        return value, f"{like}'s, assumed: no published runs of this GPU ({source})"
+    return 1.0, "none fitted"
+
+
+def arch(gpu: str) -> str:
+    """The architecture key of a datasheet GPU name (conf/hardware `gpu`)."""
+    g = gpu.upper()
+    if "GH200" in g:
+        return "gh200"
+    if any(k in g for k in ("H100", "H200")):
+        return "hopper"
+    if "A100" in g:
+        return "ampere-pcie" if "PCIE" in g else "ampere"
+    if "V100" in g:
+        return "volta"
+    return "other"
+
+
+def gemm_best(gpu: str) -> tuple[float, str]:
+    return GEMM_BEST.get(arch(gpu), GEMM_BEST_ASSUMED)
+
+
+def _attention_table(kernel: str, gpu: str) -> tuple[dict, float, str]:
+    """The measured table closest to `gpu` for `kernel`, its GPU's peak, and what was assumed."""
+    tables = ATTENTION_TFLOPS[kernel]
+    family = "h100" if arch(gpu) in ("hopper", "gh200") else "a100"
+    if family in tables:
+        return tables[family], ATTENTION_PEAK_TFLOPS[family], ""
+    return tables["a100"], ATTENTION_PEAK_TFLOPS["a100"], f"{kernel} on {gpu}: A100's fraction of the peak"
+
+
+def attention_fraction(kernel: str, gpu: str, seq: int, head_dim: int, causal: bool) -> float:
+    """Forward+backward fraction of the dense peak a fused attention kernel reaches, interpolated
+    in log2(seq) and head dimension, clamped to the measured range."""
+    table, peak, _ = _attention_table(kernel, gpu)
+    s = min(max(seq, ATTENTION_SEQ[0]), ATTENTION_SEQ[-1])
+    i = max(0, min(len(ATTENTION_SEQ) - 2, sum(1 for x in ATTENTION_SEQ if x <= s) - 1))
+    a, b = ATTENTION_SEQ[i], ATTENTION_SEQ[i + 1]
+    f = (math.log2(s) - math.log2(a)) / (math.log2(b) - math.log2(a))
+
+    def at(hd: int) -> float:
+        row = table[(bool(causal), hd)]
+        return row[i] + f * (row[i + 1] - row[i])
+
+    hd = min(max(head_dim, 64), 128)
+    value = at(64) + (hd - 64) / 64 * (at(128) - at(64))
+    return value / peak
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """How a training run's code runs on a GPU, where that changes the prediction.
+
+    The suite's own trial is `Implementation()` (Hugging Face transformers: eager operators, or
+    fused by torch.compile when the trial compiles). A published run names what its code fuses."""
+
+    name: str = "suite (transformers)"
+    fused: frozenset[str] = field(default_factory=frozenset)
+    """Kernels fused beyond eager PyTorch: attention, norm, activation, loss, rotary, optimizer."""
+    attention_kernel: str = ""
+    """flash2, flash1, triton or cutlass; "" for what `methods.attention` runs (sdpa and
+    flash_attention_2: flash2 on Ampere and newer, cutlass on V100)."""
+    compiled: bool | None = None
+    """torch.compile on; None: as the trial says (`methods.compile`)."""
+    grad_reduce_bytes: int = 4
+    """Bytes per element of gradient reduction under FSDP (the suite reduces in fp32)."""
+
+    def elementwise_fused(self, compile_on: bool) -> bool:
+        """Norms and activations fused (by hand or by torch.compile): the operators between two
+        matmuls run as one kernel that reads and writes the tensor once."""
+        on = compile_on if self.compiled is None else self.compiled
+        return on or {"norm", "activation"} <= self.fused
+
+    def kernel(self, attention: str, gpu: str) -> str:
+        if self.attention_kernel:
+            return self.attention_kernel
+        return "cutlass" if arch(gpu) == "volta" else "flash2"
+
+
+SUITE = Implementation()
