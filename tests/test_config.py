@@ -34,8 +34,17 @@ def test_every_model_composes_and_is_valid_on_a_gpu_node(model):
 
 @pytest.mark.parametrize("hardware", names("hardware"))
 def test_every_hardware_profile_composes_and_is_valid(hardware):
+    from omegaconf import OmegaConf
+
+    from suite.config import compose
+
+    other = compose.compose(["hardware=a6000", "methods.precision=fp32"])
     for n in (1, 2, 4, 8) if hardware != "cpu-x2-1gb" else (2,):
-        t = make_trial([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
+        cfg = compose.compose([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
+        # suite-predict hardware=all's shortcut past Hydra gives the same config.
+        swapped = compose.with_hardware(other, hardware, n)
+        assert OmegaConf.to_container(swapped, resolve=True) == OmegaConf.to_container(cfg, resolve=True)
+        t = compose.trial_from_cfg(cfg)
         assert problems(t) == [] and t.hardware.count == n
         assert t.hardware.name == (f"{hardware}-x{n}" if hardware != "cpu-x2-1gb" else hardware)
         # The older name of the same budget is the same trial.

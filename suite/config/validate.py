@@ -9,7 +9,9 @@ A single run with problems exits 2 listing them; in a sweep the trial is recorde
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 from functools import cache
 from typing import Any
 
@@ -58,8 +60,22 @@ def _unknown_fields(cfg_class, f: dict[str, Any], built) -> list[str]:
     return out
 
 
+_MODEL_PROBLEMS: dict[str, list[str]] = {}
+"""model_problems by model, recomputation and attention (building transformers' config takes ~5
+ms; a search or `suite-predict hardware=all` asks about one model thousands of times)."""
+
+
 def model_problems(t: Trial) -> list[str]:
     """Every problem of the trial's model against its architecture, without building it."""
+    key = json.dumps([dataclasses.asdict(t.model), t.methods.recompute, t.methods.attention], sort_keys=True, default=str)
+    if key not in _MODEL_PROBLEMS:
+        if len(_MODEL_PROBLEMS) >= 1024:
+            _MODEL_PROBLEMS.clear()
+        _MODEL_PROBLEMS[key] = _model_problems(t)
+    return list(_MODEL_PROBLEMS[key])
+
+
+def _model_problems(t: Trial) -> list[str]:
     m, r, me = t.model, t.model.recipe, t.methods
     p: list[str] = []
     if m.task not in TASKS:
