@@ -62,24 +62,37 @@ def preload_built_ops() -> list[str]:
     A worker killed in that moment (a timeout, a sweep stopped with SIGKILL) leaves the lock
     behind, and every later trial's ranks then wait on it forever. Loading the built file
     needs no lock. An op not built yet still goes through DeepSpeed's loader (and its lock)."""
-    import importlib.util
-
     from deepspeed.ops.op_builder.builder import OpBuilder
 
     loaded = []
     for name in JIT_OPS:
         path = built_path(name)
-        if path is None or path.stem in OpBuilder._loaded_ops or not path.exists():
+        if path is None or path.stem in OpBuilder._loaded_ops:
             continue
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except (ImportError, OSError):  # built against another torch (a shared cache): DeepSpeed rebuilds it
-            continue
-        OpBuilder._loaded_ops[path.stem] = module
-        loaded.append(path.stem)
+        module = load_built(name)
+        if module is not None:
+            OpBuilder._loaded_ops[path.stem] = module
+            loaded.append(path.stem)
     return loaded
+
+
+def load_built(name: str):
+    """Op `name`'s built library loaded from its file, without torch's JIT build or its lock; None
+    where it is not built, or was built against another torch (a shared cache: it must be rebuilt).
+    A clone of the project elsewhere on the machine finds it too: torch's JIT would rebuild it there,
+    since its build file names this clone's include paths."""
+    import importlib.util
+
+    path = built_path(name)
+    if path is None or not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except (ImportError, OSError):
+        return None
+    return module
 
 
 _LOAD = "import sys; from suite.ops import _builder; _builder(sys.argv[1]).load(verbose=False)"

@@ -470,9 +470,9 @@ def test_the_checks_run_on_real_cpu_trials_judges_their_weights_and_losses(tmp_p
     base = make_trial([*TINY, *(f"measure.{k}={v}" for k, v in plan.MEASURE.items()), "measure.rerun=true"])
     s = check.Session(tmp_path, base, Budget(1800, time.time()), environment.Environment([]))
     rows = {r.name: r for r in s.run()}
-    # Built, or (another worktree's build of the shared cache in the way) torch's AdamW stands in.
+    # Built at setup (scripts/test.sh runs it): loaded from the shared cache, whichever clone built it.
     ops = rows["DeepSpeed ops fused_adam+cpu_adam"]
-    assert ops.status == "PASS" or "not built within" in ops.verdicts["build"], ops.verdicts
+    assert ops.status == "PASS", ops.verdicts
     for name in names[1:]:
         assert s.records[name].ok, s.records[name].message
         assert rows[name].verdicts["loss"] == "pass", (name, s.records[name].metrics["loss_per_step"])
