@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import EngFormatter, FixedLocator, FuncFormatter, NullFormatter, NullLocator
+from matplotlib.ticker import EngFormatter, FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
 from analysis.tables import SINGLE
 
@@ -99,6 +99,23 @@ def _plain(v: float, _pos=None) -> str:
     return f"{v:g}"
 
 
+def _log_ticks(axis, lo: float, hi: float) -> None:
+    """A log axis labelled in plain numbers, with at least two labels inside any range: the
+    powers of ten, else 1, 2 and 5 of each decade, else every digit, else a linear step
+    (matplotlib labels only powers of ten, which a narrow range may not hold)."""
+    ticks: list[float] = []
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for subs in ((1,), (1, 2, 5), range(1, 10)):
+        ticks = [m * 10.0**e for e in decades for m in subs if lo <= m * 10.0**e <= hi]
+        if len(ticks) >= 2:
+            break
+    else:
+        ticks = [v for v in MaxNLocator(3).tick_values(lo, hi) if lo <= v <= hi]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(_plain))
+    axis.set_minor_locator(NullLocator())
+
+
 def _pct(v: float, _pos=None) -> str:
     return "0" if abs(v - 1) < 1e-9 else f"{(v - 1) * 100:+.0f}%"
 
@@ -129,9 +146,7 @@ def _value_axis(ax: Axes, axis: str, values: pd.Series) -> None:
     if hi / lo > 8:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
         setter(lo / 1.5, hi * 1.5)
-        ticks = ax.yaxis if axis == "y" else ax.xaxis
-        ticks.set_major_formatter(FuncFormatter(_plain))
-        ticks.set_minor_formatter(NullFormatter())
+        _log_ticks(ax.yaxis if axis == "y" else ax.xaxis, lo / 1.5, hi * 1.5)
     else:
         setter(0, hi * 1.15)
 
@@ -395,8 +410,7 @@ def predicted_vs_measured(data: pd.DataFrame) -> Figure:
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(_plain))
-            axis.set_minor_formatter(NullFormatter())
+            _log_ticks(axis, lo, hi)
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_aspect("equal")

@@ -57,11 +57,9 @@ def error_note(kind: str) -> dict[str, str]:
     """How to label each predicted quantity: its error measured so far, or that there is none. A GPU
     prediction, until GPU trials of the suite are scored (results/accuracy/cuda.json), carries its
     error against published training runs of other teams (results/accuracy/cuda-published.json)."""
-    from suite.predict import published_error
-
-    s = published_error(kind)
-    if not s and kind == "cuda":
-        return published_runs_note()
+    source, s = scored_error(kind)
+    if source == "cuda-published":
+        return published_runs_note(s)
     if not s:
         none = f"not yet measured (no {'GPU' if kind == 'cuda' else kind} trial scored)"
         return {"mem": none, "time": none, "fit": none, "source": "", "mem_short": "(±?)", "time_short": "(±?)"}
@@ -78,12 +76,21 @@ def error_note(kind: str) -> dict[str, str]:
     return {"mem": mem, "time": time, "fit": fit, "source": source, "mem_short": mem_short, "time_short": time_short}
 
 
-def published_runs_note() -> dict[str, str]:
-    """The GPU error label from published runs (`benchmarks/published_accuracy.py --publish`), or
-    that nothing was scored."""
+def scored_error(kind: str) -> tuple[str, dict | None]:
+    """(which summary, the summary) of the error measured so far for predictions of `kind`: its own
+    trials' (results/accuracy/<kind>.json); for a GPU, until GPU trials of the suite are scored,
+    published training runs of other teams (results/accuracy/cuda-published.json); else None."""
     from suite.predict import published_error
 
-    s = published_error("cuda-published")
+    s = published_error(kind)
+    if not s and kind == "cuda":
+        return "cuda-published", published_error("cuda-published")
+    return kind, s
+
+
+def published_runs_note(s: dict | None) -> dict[str, str]:
+    """The GPU error label from published runs (`benchmarks/published_accuracy.py --publish`), or
+    that nothing was scored."""
     if not s or not s.get("n_records"):
         none = "not yet measured (no GPU trial scored)"
         return {"mem": none, "time": none, "fit": none, "source": "", "mem_short": "(±?)", "time_short": "(±?)"}
@@ -104,10 +111,7 @@ def error_pct(kind: str) -> dict[str, float]:
     """The step-time error published for `kind` as numbers, median and p90 of |error| in percent
     (NaN where none was measured): what a figure draws as the band of a predicted point. A GPU
     prediction, until GPU trials of the suite are scored, takes its error against published runs."""
-    from suite.predict import published_error
-
-    s = published_error(kind) or (published_error("cuda-published") if kind == "cuda" else None)
-    st = (s or {}).get("step_time_err_pct") or {}
+    st = (scored_error(kind)[1] or {}).get("step_time_err_pct") or {}
     measured = bool(st.get("n"))
     return {
         "step_time_error_median_pct": st["median"] if measured else math.nan,

@@ -300,3 +300,21 @@ def test_the_leaderboard_shows_the_figures_in_a_browser(board_page, browser):  #
     assert loaded == [True] * len(SPECS)
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == [], errors
+
+
+@pytest.mark.parametrize("span", [1.3, 2.5, 6.0, 40.0, 500.0])
+def test_a_log_axis_labels_at_least_two_values_inside_any_range(span):
+    """Figure 5 is log-log: its labels must fall inside the range drawn, however narrow (a range
+    without a power of ten once had none)."""
+    lo = 0.42
+    values = pd.Series(np.geomspace(lo, lo * span, 5))
+    df = pd.DataFrame({"method": ["DDP"] * 5, "step_time_s": values, "pred_step_time_s": values * 1.05,
+                       "step_time_err_pct": 5.0, "peak_mem_gib": values, "pred_peak_mem_gib": values,
+                       "peak_mem_err_pct": 0.0})  # fmt: skip
+    fig = plotting.predicted_vs_measured(df)
+    for ax in fig.axes[:2]:
+        for axis, (a, b) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            inside = [v for v in axis.get_majorticklocs() if a <= v <= b]
+            labels = [axis.get_major_formatter()(v) for v in inside]
+            assert len(inside) >= 2 and all(labels), (span, inside)
+            assert [float(x) for x in labels] == pytest.approx(inside, rel=1e-6)

@@ -184,7 +184,9 @@ def _hardware_file(name: str):
         raise OverrideError(f"hardware={name}: no conf/hardware/{name}.yaml")
     own = OmegaConf.load(path)
     defaults = list(own.pop("defaults", None) or [])
-    parts = [own if d == "_self_" else _hardware_file(str(d)) for d in defaults + ["_self_"] * ("_self_" not in defaults)]
+    parts = [
+        own if d == "_self_" else _hardware_file(str(d)) for d in defaults + ["_self_"] * ("_self_" not in defaults)
+    ]
     return OmegaConf.merge(*parts)
 
 

@@ -67,7 +67,9 @@ ms; a search or `suite-predict hardware=all` asks about one model thousands of t
 
 def model_problems(t: Trial) -> list[str]:
     """Every problem of the trial's model against its architecture, without building it."""
-    key = json.dumps([dataclasses.asdict(t.model), t.methods.recompute, t.methods.attention], sort_keys=True, default=str)
+    key = json.dumps(
+        [dataclasses.asdict(t.model), t.methods.recompute, t.methods.attention], sort_keys=True, default=str
+    )
     if key not in _MODEL_PROBLEMS:
         if len(_MODEL_PROBLEMS) >= 1024:
             _MODEL_PROBLEMS.clear()
