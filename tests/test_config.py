@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -32,13 +33,20 @@ def test_every_model_composes_and_is_valid_on_a_gpu_node(model):
     assert t.model.source and "seed-paper" not in t.model.source
 
 
+@functools.cache
+def _a6000():
+    from suite.config import compose
+
+    return compose.compose(["hardware=a6000", "methods.precision=fp32"])
+
+
 @pytest.mark.parametrize("hardware", names("hardware"))
 def test_every_hardware_profile_composes_and_is_valid(hardware):
     from omegaconf import OmegaConf
 
     from suite.config import compose
 
-    other = compose.compose(["hardware=a6000", "methods.precision=fp32"])
+    other = _a6000()
     for n in (1, 2, 4, 8) if hardware != "cpu-x2-1gb" else (2,):
         cfg = compose.compose([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
         # suite-predict hardware=all's shortcut past Hydra gives the same config.
