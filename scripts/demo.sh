@@ -3,7 +3,10 @@
 # local GPUs where there are some. Results land in results/runs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Its CPU trials load one DeepSpeed op, FusedAdam: setup builds only that one here (CPU Adam,
+# for offload trials, is built by scripts/test.sh's setup, by the first offload trial or by
+# python -m suite.ops). Both side by side take 3 minutes on 2 cores; FusedAdam alone about 1.
+SUITE_OPS=${SUITE_OPS-fused_adam} bash scripts/setup.sh
 . .venv/bin/activate
 # 0: the GPUs' profile; 1: no GPU here; 2: GPUs this torch cannot use, or of no known profile
 # (suite.detect says which and what to do): never the CPU demo on a GPU machine.

@@ -50,7 +50,8 @@ fi
 if [ "${DS_ACCELERATOR:-}" = cpu ]; then
   # DeepSpeed compiles the CPU ops a trial loads (CPU Adam, FusedAdam) on first use; build them
   # here, side by side, once per machine (torch's cache, which every clone shares), rather than
-  # in a trial. Without a compiler this stops, saying what to install.
-  python -m suite.ops
+  # in a trial. Without a compiler this stops, saying what to install. SUITE_OPS names the ops
+  # to build (the demo: fused_adam, the only one its trials load).
+  python -m suite.ops ${SUITE_OPS:-}
 fi
 echo "Setup done in $((SECONDS - start)) s."

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 JIT_OPS = ("CPUAdamBuilder", "FusedAdamBuilder")
+OP_NAMES = ("cpu_adam", "fused_adam")
+"""The names of JIT_OPS' built libraries, in the same order."""
 SHM_COMM = "deepspeed_shm_comm"
 COMPILER_HINT = "install a C++ compiler and retry (Debian/Ubuntu: apt-get install g++; then bash scripts/setup.sh)"
 
@@ -146,19 +148,30 @@ class OpBuildError(RuntimeError):
     """An op could not be built here; the message says what to install."""
 
 
-def main() -> int:
-    """`python -m suite.ops`: build the ops a CPU trial loads (scripts/setup.sh runs it); exit 1,
-    saying what to install, if one does not build."""
-    built = [p for p in map(built_path, JIT_OPS) if p is not None]
+def main(argv: list[str] | None = None) -> int:
+    """`python -m suite.ops [fused_adam] [cpu_adam]`: build the ops a CPU trial loads, or those
+    named (scripts/setup.sh runs it; the demo names fused_adam, the only one its trials load);
+    exit 1, saying what to install, if one does not build, and 2 for a name that is no op."""
+    names = dict(zip(OP_NAMES, JIT_OPS, strict=True))
+    asked = list(sys.argv[1:] if argv is None else argv) or list(OP_NAMES)
+    unknown = [a for a in asked if a not in names]
+    if unknown:
+        print(f"error: no op {', '.join(unknown)}; the ops: {', '.join(OP_NAMES)}", file=sys.stderr)
+        return 2
+    built = [p for p in (built_path(names[a]) for a in asked) if p is not None]
     where = built[0].parent.parent if built else "torch's extension folder"
     print(f"DeepSpeed's CPU ops ({', '.join(p.stem for p in built)}) in {where}:")
     start = time.monotonic()
     try:
-        took = build()
+        took = build(tuple(names[a] for a in asked))
     except OpBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"  built in {time.monotonic() - start:.0f} s" if took else "  already built (cached)")
+    left = [n for n in OP_NAMES if n not in asked and (p := built_path(names[n])) is not None and not p.exists()]
+    if left:
+        print(f"  not built now: {', '.join(left)} (offload trials load cpu_adam: the first one builds it, about a "
+              f"minute on 2 cores, or python -m suite.ops)")  # fmt: skip
     return 0
 
 

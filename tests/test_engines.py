@@ -228,4 +228,19 @@ def test_ops_without_a_compiler_say_what_to_install_before_any_build(tmp_path, m
     with pytest.raises(ops.OpBuildError, match="cpu_adam, fused_adam need a C.. compiler") as e:
         ops.build(log=lambda *_: None)
     assert "apt-get install g++" in str(e.value) and not list(tmp_path.rglob("*.so"))  # nothing built
-    assert ops.main() == 1
+    assert ops.main([]) == 1
+
+
+def test_ops_named_are_the_only_ones_built_and_a_wrong_name_exits_2(tmp_path, monkeypatch, capsys):
+    """The demo's setup names fused_adam (`python -m suite.ops fused_adam`): cpu_adam is left for
+    later, and said so; a name that is no op exits 2 naming the ops."""
+    from suite import ops
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(ops, "build", lambda names: asked.append(names) or {"fused_adam": 1.0})
+    assert ops.main(["fused_adam"]) == 0 and asked == [("FusedAdamBuilder",)]
+    assert "not built now: cpu_adam" in capsys.readouterr().out
+    assert ops.main(["adam"]) == 2 and "no op adam; the ops: cpu_adam, fused_adam" in capsys.readouterr().err
+    assert ops.main([]) == 0 and asked[-1] == ops.JIT_OPS
