@@ -73,6 +73,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="first-minutes-"))
     clone = work / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    cloned = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     if args.cold_ops:
@@ -99,7 +100,8 @@ def main() -> int:
             "tests_quick": 180,
             "tests_all": 600,
         },  # fmt: skip
-        "provenance": provenance("cpu"),
+        # What was timed is the clone: its revision, not this checkout's now (which may have moved on).
+        "provenance": {**provenance("cpu"), "git_revision": cloned.stdout.strip(), "git_dirty": False},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
