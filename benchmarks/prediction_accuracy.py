@@ -286,18 +286,17 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
                 }
             )
         df = pd.DataFrame(recs)
-        err = pd.to_numeric(df["peak_mem_err_pct"])
+        df["err"] = pd.to_numeric(df["peak_mem_err_pct"])
 
         def figures(g: pd.DataFrame) -> dict:
-            e = err[g.index]
-            return {"peak_mem_err_pct": _stats(e), "fit_right": int(g["fit_right"].sum()), "fit_n": len(g)}
+            return {"peak_mem_err_pct": _stats(g["err"]), "fit_right": int(g["fit_right"].sum()), "fit_n": len(g)}
 
         row = {
             "trials": result.name,
             "measured": measured["provenance"]["date"],
             "calibration": cal.source,
             **figures(df),
-            "median_signed_err_pct": float(err.median()),
+            "median_signed_err_pct": float(df["err"].median()),
             "per_model": {m: figures(g) for m, g in df.groupby("model")},
             "per_method": {m: figures(g) for m, g in df.groupby("method")},
             "records": recs,

@@ -173,7 +173,8 @@ def test_fsdp2s_gradient_shards_are_not_alive_with_the_activations(micro_batch):
 
     p, n = 1_000_000_000, 8
     tr = replace(_synthetic_trace(p), envelope=((2.0e9, 0.0),))  # 2 GB of activations at any micro-batch
-    t = make_trial(["model=pythia-1b", f"hardware=a100-80gb-x{n}", "model.recipe.global_batch=64", "methods.engine=fsdp2"])
+    batch = "model.recipe.global_batch=64"  # gas 1 at micro-batch 8
+    t = make_trial(["model=pythia-1b", f"hardware=a100-80gb-x{n}", batch, "methods.engine=fsdp2"])
     t = replace(t, methods=replace(t.methods, micro_batch=micro_batch, recompute="none", offload="none"))
     lay = memory.layout(t, tr)
     units = 2 * 2 * max(tr.block_numels)  # two units gathered whole, in bf16
