@@ -267,7 +267,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     # Made by the first reduce-scatter of a step, freed by zero_grad(set_to_none=True) after it:
     # at the step only, unless every micro-step reduces (later ones accumulate into them).
     grad_shards = Term("fp32 gradient shards", 4 * part, "_fsdp_collectives.py:704-754, suite/engines.py (step)")
-    kept = getattr(me, "reduce_every_micro_step", False) and t.gas_measured > 1
+    kept = me.reduce_every_micro_step and t.gas_measured > 1
     (lay.host if cpu_offload else lay.steady if kept else lay.optimizer).append(grad_shards)
     blocks = list(tr.block_numels)
     root = p - sum(blocks)
@@ -278,7 +278,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     else:
         lay.backward.append(Term("every unit gathered from forward to backward", w * p, "suite/engines.py"))
     largest = max(units)
-    if getattr(me, "reduce_every_micro_step", False):
+    if me.reduce_every_micro_step:
         lay.backward.append(
             Term("one unit's unsharded gradients, being reduced", 4 * largest, "_fsdp_param_group.py (post_backward)")
         )
