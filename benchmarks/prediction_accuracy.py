@@ -11,6 +11,8 @@ GPU profiles against published well-tuned runs.
     python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
     python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --out X.json
                                      # results' step times predicted again from each calibration
+    python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --memory-only --out X.json
+                                     # results' peak memory and fit/oom predicted again (no timing)
 
 Models: pythia-14m, pythia-31m, a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), a Qwen2 of the same
@@ -246,6 +248,75 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     return rows
 
 
+def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
+    """The peak memory and fit/oom of a run of this benchmark (its JSON), predicted again by this
+    predictor from each calibration (its runtime bytes and budget margin are the only constants
+    memory reads): a change of the memory model scored on the trials as measured, none run again.
+    Each row: the figures overall, per model and per method, and every record as predicted."""
+    import pandas as pd
+
+    from analysis.accuracy import _err, _stats
+    from suite.predict import Predictor
+    from suite.predict.machine import Machine
+
+    measured = json.loads(result.read_text())
+    budget = measured["records"][0]["mem_budget_gib"]
+    models = tuple({r["model"] for r in measured["records"]})
+    by_id = {t.id: t for memory_only in (False, True) for _, t in trials(False, budget, memory_only, only=models)}
+    rows = []
+    for path in calibrations:
+        cal = Machine.from_dict(json.loads(path.read_text()))
+        pred = Predictor(machine=cal)
+        recs = []
+        for r in measured["records"]:
+            p = pred.predict(by_id[r["trial_id"]])
+            # as analysis.accuracy scores it: the timed peak where the build was measured apart
+            timed_only = r.get("build_peak_mem_gib") is not None
+            peak = p.peak_mem_gib if timed_only else max(p.peak_mem_gib, p.build_peak_mem_gib)
+            recs.append(
+                {
+                    **{k: r[k] for k in ("trial_id", "model", "method", "recompute", "micro_batch", "outcome")},
+                    "pred_peak_mem_gib": peak,
+                    "pred_device_gib": p.device_gib,
+                    "pred_fits": p.fits,
+                    "peak_mem_gib": r.get("peak_mem_gib"),
+                    "peak_mem_err_pct": _err(peak, r.get("peak_mem_gib")) if r["outcome"] == "ok" else None,
+                    "recorded_pred_peak_mem_gib": r.get("pred_peak_mem_gib"),
+                    "fit_right": p.fits == (r["outcome"] == "ok"),
+                }
+            )
+        df = pd.DataFrame(recs)
+        df["err"] = pd.to_numeric(df["peak_mem_err_pct"])
+
+        def figures(g: pd.DataFrame) -> dict:
+            return {"peak_mem_err_pct": _stats(g["err"]), "fit_right": int(g["fit_right"].sum()), "fit_n": len(g)}
+
+        row = {
+            "trials": result.name,
+            "measured": measured["provenance"]["date"],
+            "calibration": cal.source,
+            **figures(df),
+            "median_signed_err_pct": float(df["err"].median()),
+            "per_model": {m: figures(g) for m, g in df.groupby("model")},
+            "per_method": {m: figures(g) for m, g in df.groupby("method")},
+            "records": recs,
+        }
+        rows.append(row)
+        st = row["peak_mem_err_pct"]
+        print(
+            f"{result.name} with {cal.source[:60]}: peak memory {st['median']:.1f} / {st['p90']:.1f} / "
+            f"{st['max']:.1f} % (median, p90, max |error|), fit/oom right {row['fit_right']}/{row['fit_n']}",
+            flush=True,
+        )
+        for label, per in (("model", row["per_model"]), ("method", row["per_method"])):
+            for name, f in per.items():
+                print(
+                    f"  {label} {name}: memory median {f['peak_mem_err_pct'].get('median', float('nan')):.1f}%, "
+                    f"max {f['peak_mem_err_pct'].get('max', float('nan')):.1f}%, fit/oom {f['fit_right']}/{f['fit_n']}"
+                )
+    return rows
+
+
 def chosen(ap: argparse.ArgumentParser, models: str) -> tuple[str, ...]:
     """The --models asked for (empty: all); an unknown one is an error naming the choices."""
     only = tuple(m for m in models.split(",") if m)
@@ -280,7 +351,7 @@ def main() -> None:
         nargs="+",
         metavar="JSON",
         help="results of this benchmark and calibration files (told apart by content): predict each "
-        "result's step times again from each calibration",
+        "result's step times (with --memory-only: peak memory and fit/oom) again from each calibration",
     )
     args = ap.parse_args()
     if args.repeats < 1:
@@ -293,10 +364,12 @@ def main() -> None:
         calibrations = [p for p in paths if p not in results]
         if not results or not calibrations:
             ap.error("--rescore takes one or more results of this benchmark and one or more calibration files")
-        rows = [row for r in results for row in rescore(r, calibrations)]
+        again = rescore_memory if args.memory_only else rescore
+        rows = [row for r in results for row in again(r, calibrations)]
         from suite.record import provenance
 
-        doc = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy rescored", "note": args.note}
+        what = "memory rescored" if args.memory_only else "rescored"
+        doc = {"schema": "suite.benchmark/1", "benchmark": f"prediction_accuracy {what}", "note": args.note}
         doc["rows"] = rows
         Path(args.out).write_text(json.dumps(dict(doc, provenance=provenance("cpu")), indent=1))
         print(f"wrote {args.out}")

@@ -51,8 +51,12 @@ Offload (`offload_optimizer`, ZeRO >= 1): master weights, moments and fp32 gradi
 partitions live in the host's memory (pinned on a GPU); `optimizer+params` (ZeRO-3) moves the
 parameter partitions there too. On a CPU worker host and device are the same memory.
 
-FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N, fp32 gradient shards 4P/N,
-moments 8P/N (torch's fused AdamW, no temporaries); while computing, a unit's parameters
+FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N and moments 8P/N (torch's fused
+AdamW, no temporaries) through the window; fp32 gradient shards 4P/N only from the boundary's
+reduce-scatter, which makes them unit by unit as it frees the unsharded gradients it reduces
+(_fsdp_collectives.py:605-606, 704-754), to `zero_grad(set_to_none=True)` after the step: none
+exists at the start of a backward, when the activations peak (from the first micro-step on when
+every micro-step reduces); while computing, a unit's parameters
 are gathered whole in the compute dtype, about two units at a time with
 reshard_after_forward, every unit from its forward to its backward without; before the
 boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1, unless gradients are
@@ -257,10 +261,14 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     cpu_offload = me.offload != "none" and t.hardware.device == "cuda"
     shards = [
         Term("fp32 parameter shards", 4 * part, "suite/engines.py (fully_shard, fp32 sharded parameters)"),
-        Term("fp32 gradient shards", 4 * part, "suite/engines.py"),
         Term("AdamW moments of the shards", 8 * part, "suite/engines.py (torch fused AdamW)"),
     ]
     (lay.host if cpu_offload else lay.steady).extend(shards)
+    # Made by the first reduce-scatter of a step, freed by zero_grad(set_to_none=True) after it:
+    # at the step only, unless every micro-step reduces (later ones accumulate into them).
+    grad_shards = Term("fp32 gradient shards", 4 * part, "_fsdp_collectives.py:704-754, suite/engines.py (step)")
+    kept = me.reduce_every_micro_step and t.gas_measured > 1
+    (lay.host if cpu_offload else lay.steady if kept else lay.optimizer).append(grad_shards)
     blocks = list(tr.block_numels)
     root = p - sum(blocks)
     units = blocks + [root]
@@ -270,12 +278,14 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     else:
         lay.backward.append(Term("every unit gathered from forward to backward", w * p, "suite/engines.py"))
     largest = max(units)
-    if getattr(me, "reduce_every_micro_step", False):
+    if me.reduce_every_micro_step:
         lay.backward.append(
             Term("one unit's unsharded gradients, being reduced", 4 * largest, "_fsdp_param_group.py (post_backward)")
         )
-    elif t.gas_measured > 1:
-        lay.steady.append(Term("unsharded fp32 gradients (no_sync)", 4 * p, "suite/engines.py, _fsdp_param.py:802-813"))
+    elif t.gas_measured > 1:  # reduce-scattered, and freed, by the boundary's backward: never at the step
+        lay.backward.append(
+            Term("unsharded fp32 gradients (no_sync)", 4 * p, "suite/engines.py, _fsdp_collectives.py:605-606")
+        )
     if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
         lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
         lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
