@@ -5,6 +5,7 @@ the demo again with setup done, and the two test tiers.
     python benchmarks/first_minutes.py                    # fresh clone + demo, then demo with setup done
     python benchmarks/first_minutes.py --cold-ops         # the same with no DeepSpeed op built (an empty
                                                           #   TORCH_EXTENSIONS_DIR): the first machine
+    python benchmarks/first_minutes.py --cold-pip         # pip without its cache: every package fetched
     python benchmarks/first_minutes.py --tests            # also bash scripts/test.sh --quick and bash scripts/test.sh
     python benchmarks/first_minutes.py --note "quiet"     # a word on the machine's load, kept with the figures
 
@@ -45,12 +46,15 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> dict:
     log.write_text("\n".join(f"[{s:7.1f}] {text}" for s, text in lines) + "\n")
     first = next((s for s, text in lines if TRIAL_LINE.match(text)), None)
     setup = next((s for s, text in lines if text.startswith("Setup done in")), None)
+    # pip's end on a first install, where the ops build beside it (scripts/setup.sh)
+    pip_done = next((s for s, text in lines if text.startswith("Waiting for DeepSpeed's CPU ops")), None)
     ops = {m.group(1): int(m.group(2)) for _, text in lines if (m := OP_BUILT.match(text))}
     return {
         "command": " ".join(cmd),
         "exit_code": p.returncode,
         "total_s": round(time.monotonic() - start, 1),
         "setup_s": setup,
+        "pip_done_s": pip_done,
         "first_trial_line_s": first,
         "op_build_s": ops,
         "load_before": round(load, 2),
@@ -65,6 +69,9 @@ def main() -> int:
     ap.add_argument(
         "--tests", action="store_true", help="also time bash scripts/test.sh --quick and bash scripts/test.sh"
     )
+    ap.add_argument(
+        "--cold-pip", action="store_true", help="pip without its cache (PIP_NO_CACHE_DIR): every package fetched"
+    )
     ap.add_argument("--note", default="", help="the machine and its load, kept with the figures")
     ap.add_argument("--out", default=str(ROOT / "results/benchmarks/first_minutes.json"))
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
@@ -78,6 +85,8 @@ def main() -> int:
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     if args.cold_ops:
         env["TORCH_EXTENSIONS_DIR"] = str(work / "torch_extensions")  # empty: every op is built
+    if args.cold_pip:
+        env["PIP_NO_CACHE_DIR"] = "1"  # as on a machine that never installed these packages
     steps = {"fresh_clone_demo": timed(["bash", "scripts/demo.sh"], clone, env, work / "demo-fresh.log")}
     shutil.rmtree(clone / "results" / "runs", ignore_errors=True)  # or every trial comes from the store
     steps["demo_with_setup_done"] = timed(["bash", "scripts/demo.sh"], clone, env, work / "demo-again.log")
@@ -91,6 +100,7 @@ def main() -> int:
         "schema": "suite.benchmark/1",
         "benchmark": "first_minutes",
         "cold_ops": args.cold_ops,
+        "cold_pip": args.cold_pip,
         "note": args.note,
         "steps": steps,
         "goals_s": {

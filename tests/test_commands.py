@@ -33,7 +33,7 @@ SEARCH_SHRINK = [  # one combination, one micro-batch, the shortest confirmation
 ]
 SCRIPTS = {  # the README's scripts, and what checks each
     "bash scripts/test.sh": "this test suite itself (CI runs it)",
-    "bash scripts/demo.sh": "benchmarks/first_minutes.sh, end to end from a fresh clone",
+    "bash scripts/demo.sh": "benchmarks/first_minutes.py, end to end from a fresh clone",
 }
 
 
