@@ -223,7 +223,9 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 errs.append(100 * (predicted[-1] / r["step_time_s"] - 1))
             st = _stats(pd.Series(errs))
             df = pd.DataFrame({"model": [r["model"] for r in ok], "p": predicted, "m": [r["step_time_s"] for r in ok]})
+            df["err"] = errs
             rank = {model: _rank_corr(g.p, g.m) for model, g in df.groupby("model") if len(g) >= 3}
+            per_model = {model: _stats(g["err"]) for model, g in df.groupby("model")}
             row = {
                 "trials": result.name,
                 "measured": measured["provenance"]["date"],
@@ -236,6 +238,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 "median_signed_err_pct": statistics.median(errs),
                 "spearman": rank,
                 "spearman_min": min(rank.values(), default=None),
+                "per_model_step_err_pct": per_model,
             }
             rows.append(row)
             print(
@@ -245,6 +248,8 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
                 + ("n/a" if row["spearman_min"] is None else f"{row['spearman_min']:.2f}"),
                 flush=True,
             )
+            for model, f in per_model.items():
+                print(f"  {model}: step time {f['median']:.1f} / {f['p90']:.1f} / {f['max']:.1f} %", flush=True)
     return rows
 
 
