@@ -15,6 +15,7 @@ built. The ops compile side by side, one process each, each printing when it sta
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,32 @@ def skip_shm_comm() -> None:
     deepspeed.ops.__compatible_ops__[SHM_COMM] = False
 
 
+_ARCH = re.compile(r"(\d+)\.(\d+)[a-z]?(\+PTX)?")
+
+
+def deepspeed_arch_list(value: str) -> str:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed's JIT builder can read it. torch takes arch-specific
+    entries such as "9.0a" (Hopper's sm_90a), and CUDA images set them; DeepSpeed 0.19 sorts the
+    entries by int() of each part (op_builder/builder.py, compute_capability_args) and fails on
+    "0a" before it builds anything. Its ops use no arch-specific instruction: "9.0a" becomes
+    "9.0" (which runs on the same GPUs), "+PTX" stays, an entry that is no capability stays as it is."""
+    out: list[str] = []
+    for entry in value.replace(" ", ";").split(";"):
+        m = _ARCH.fullmatch(entry.strip())
+        cc = f"{m.group(1)}.{m.group(2)}{m.group(3) or ''}" if m else entry.strip()
+        if cc and cc not in out:
+            out.append(cc)
+    return ";".join(out)
+
+
+def readable_arch_list(env=os.environ) -> None:
+    """Make `env`'s TORCH_CUDA_ARCH_LIST one DeepSpeed can read, where one is set (see
+    `deepspeed_arch_list`): before an op's build, and in every DeepSpeed rank, which builds on
+    first use an op not built yet."""
+    if env.get("TORCH_CUDA_ARCH_LIST", "").strip():
+        env["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(env["TORCH_CUDA_ARCH_LIST"])
+
+
 def preload_built_ops() -> list[str]:
     """Load DeepSpeed's ops that are already built straight from their files, into DeepSpeed's
     own cache of loaded ops (`OpBuilder._loaded_ops`, op_builder/builder.py:549-551); returns
@@ -66,6 +93,7 @@ def preload_built_ops() -> list[str]:
     needs no lock. An op not built yet still goes through DeepSpeed's loader (and its lock)."""
     from deepspeed.ops.op_builder.builder import OpBuilder
 
+    readable_arch_list()
     loaded = []
     for name in JIT_OPS:
         path = built_path(name)

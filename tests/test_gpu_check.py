@@ -630,3 +630,24 @@ def test_on_this_gpu_nvml_sees_our_probe_and_not_the_launcher():
 def test_on_this_gpu_the_environment_can_build_deepspeeds_ops():
     env = environment.check(dict(os.environ))
     assert env.unbuildable == {} and not env.fatal, [f.verdict for f in env.findings if f.verdict != "pass"]
+
+
+def test_a_cuda_images_arch_list_with_an_arch_specific_entry_still_builds_deepspeeds_ops(monkeypatch):
+    """The first run on an H200 (2026-12-04): the image sets TORCH_CUDA_ARCH_LIST with "9.0a",
+    DeepSpeed 0.19's builder read int("0a") and FusedAdam never built. The build and every rank
+    now hand DeepSpeed the list as it reads it; +PTX and the other entries kept."""
+    from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
+
+    from suite.ops import deepspeed_arch_list, readable_arch_list
+
+    assert deepspeed_arch_list("8.0 8.6 9.0a 10.0+PTX") == "8.0;8.6;9.0;10.0+PTX"
+    assert deepspeed_arch_list("9.0a;9.0;9.0a+PTX") == "9.0;9.0+PTX"
+    builder = FusedAdamBuilder()
+    builder.jit_mode = True
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0 9.0a 10.0+PTX")
+    with pytest.raises(ValueError, match="0a"):
+        builder.compute_capability_args()  # as DeepSpeed reads the image's list
+    readable_arch_list()
+    builder.compute_capability_args()  # DeepSpeed writes back the list it builds for
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0;10.0+PTX"
+    assert "readable_arch_list()" in environment.BUILD  # the check's own build reads it so too

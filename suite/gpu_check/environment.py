@@ -35,7 +35,8 @@ try:
 except Exception as e:
     print(f"DeepSpeed does not import: {type(e).__name__}: {e}", flush=True)
     sys.exit(3)
-from suite.ops import load_built
+from suite.ops import load_built, readable_arch_list
+readable_arch_list()  # a CUDA image's "9.0a" stops DeepSpeed's builder before it starts
 if load_built(sys.argv[1]) is not None:  # built before (a warm machine): loaded as the trials load it
     print(f"{sys.argv[1]}: built before; its library loads", flush=True)
     sys.exit(0)
