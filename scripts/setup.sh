@@ -23,7 +23,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # DeepSpeed first, so that its CPU ops (below) compile while pip installs the rest: a
     # compiler process each beside pip, on 2 cores about a minute less than one after the other.
     python -c "import deepspeed" 2>/dev/null || pip install -q "$(grep -o '"deepspeed[^"]*"' pyproject.toml | tr -d '"')"
-    DS_ACCELERATOR=cpu python -m suite.ops ${SUITE_OPS:-} &
+    python -m suite.ops ${SUITE_OPS:-} &
     ops_pid=$!
     trap 'kill "$ops_pid" 2>/dev/null || true' EXIT
   fi
