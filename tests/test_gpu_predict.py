@@ -263,3 +263,21 @@ def test_the_demos_predicted_rows_carry_their_published_error_and_a_plausible_mf
         assert row["fits"] == "yes" and 0 < row["predicted_mfu"] <= best_ampere, row
         assert row["time_error"].startswith("vs ") and "published runs" in row["time_error"]
         assert "fused" in row["error_detail"]
+
+
+def test_zero3s_hooks_cost_each_collective_host_time_on_a_datasheet_gpu_and_not_where_a_loop_measured_them():
+    """On a GPU without a calibration, ZeRO-3's micro-step is its compute and exposed gathers plus
+    gpu.ZERO3_HOOK_S per collective; a machine whose loop measured ZeRO-3's sync has them in it."""
+    from suite.predict import machine, timing
+
+    base = compose.trial(["model=pythia-160m", "hardware=h200", "hardware.count=1", "methods.precision=bf16"])
+    z0 = replace(base, methods=replace(base.methods, zero_stage=0, micro_batch=16))
+    z3 = replace(z0, methods=replace(z0.methods, zero_stage=3))
+    tr = traced(z3.model, "sdpa", "none", "bf16")
+    m = machine.datasheet(z3)
+    p0, p3 = timing.step_parts(z0, tr, m), timing.step_parts(z3, tr, m)
+    n = p3.detail["collectives_micro"]
+    assert n > 0 and p3.detail["zero3_hooks_s"] == pytest.approx(n * gpu.ZERO3_HOOK_S)
+    assert p3.t_micro - p0.t_micro == pytest.approx(n * gpu.ZERO3_HOOK_S, rel=0.05)
+    measured = replace(m, step_scale={"zero3": {"sync": 1e-4}})
+    assert "zero3_hooks_s" not in timing.step_parts(z3, tr, measured).detail

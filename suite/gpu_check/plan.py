@@ -21,6 +21,7 @@ from suite.config import Trial
 MODEL = "pythia-160m"
 MICRO_BATCH = 16  # 16 x 2048 tokens per micro-step: enough work per kernel for a meaningful MFU
 MEASURE = {"warmup_steps": 2, "timed_steps": 3, "max_micro_steps": 2, "param_stats": True}
+SMALL_MICRO_BATCH = 4  # a quarter of MICRO_BATCH: ZeRO-3's collectives with a quarter of the compute
 OOM_MICRO_BATCH = 512  # activations of ~300 GiB at 2048 tokens: out of memory on any GPU today
 BUDGET_S = 300.0  # the device session's 15 minutes hold a machine start, this check and a rerun of it
 STARTUP_S = 15.0  # script, wheels, imports, environment check: the estimate for an H200 machine (issue 26)
@@ -73,6 +74,14 @@ def plan() -> list[Check]:
         # torch.compile of each block: about a minute on the first run (no cache on a fresh machine).
         # No memory verdict: the predictor does not model compile's fusions, which save activations.
         Check("compile", {**fsdp, "compile": True}, ("mfu", "skipped", "profile", "recompiles"), s + 65),
+        # Whether ZeRO-3's host cost per collective (predict.gpu.ZERO3_HOOK_S, measured at
+        # MICRO_BATCH) adds to the compute or overlaps it.
+        Check(
+            f"ZeRO-3 bf16 micro-batch {SMALL_MICRO_BATCH}",
+            {"zero_stage": 3, "micro_batch": SMALL_MICRO_BATCH, **bf16},
+            TIMED,
+            s + 8,
+        ),
         Check("flash_attention_2", {"zero_stage": 0, "attention": "flash_attention_2", **bf16}, TIMED, s + 3),
         # fp16: a few more warm-up steps while the loss scale settles.
         Check("ZeRO-0 fp16", {"zero_stage": 0, "precision": "fp16"}, TIMED, s + 5),

@@ -50,7 +50,9 @@ Overlap is what the engines do: DeepSpeed ZeRO 0-2 reduce on the compute stream 
 is off below ZeRO-3, zero/config.py:384-386) and so never hide a collective; ZeRO-3
 (overlap_comm on, parameter prefetch) and FSDP2 (prefetched all-gathers, reduce-scatter on its
 own stream) hide communication behind compute on a GPU up to the compute time; a CPU worker
-runs every collective in line.
+runs every collective in line. ZeRO-3's hooks cost each of its collectives host time on a GPU
+that the kernels do not hide (`gpu.ZERO3_HOOK_S`, measured; a calibrated machine's loop has it in
+its `sync`).
 """
 
 from __future__ import annotations
@@ -315,11 +317,14 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float]) -> Traffic:
     flushes = bucket_flushes(order, buckets.get("reduce_bucket_size", 0))
     scatter = c.coll("reduce_scatter", [w * x for x in flushes]) + c.fresh([w * x for x in flushes])
     detail["all_gathers"] = passes * len(units)
-    comm = gathers + scatter
+    comm, n = gathers + scatter, passes * len(units) + len(flushes)
     micro = (max(0.0, comm - compute) if c.m.kind == "cuda" else comm) + c.overhead(
         passes * len(units) + OPS_PER_BUCKET * len(flushes)
     )
-    return micro, 0.0, passes * len(units) + len(flushes), 0
+    if c.m.kind == "cuda" and "sync" not in c.m.step_scale.get("zero3", {}):  # a datasheet GPU: no loop measured
+        detail["zero3_hooks_s"] = n * gpu.ZERO3_HOOK_S
+        micro += detail["zero3_hooks_s"]
+    return micro, 0.0, n, 0
 
 
 def _hidden(first: float, rest: float, compute: float) -> float:
