@@ -101,16 +101,16 @@ EAGER_DISPATCH_S = 4e-6
 """Host time of one eager PyTorch operator on CUDA: "about 4 us per op" (pytorch/pytorch#82793,
 A100); 2 us without autograd, 6.8 us with (pytorch/pytorch#41383). The host runs ahead of the GPU,
 so a step costs the larger of the GPU's kernels and the host's dispatch."""
-ZERO3_HOOK_S = 1.72e-3
-"""Seconds each of DeepSpeed ZeRO-3's per-micro-step collectives (a module's parameter gather, a
-gradient bucket's reduce-scatter) adds on a GPU beyond the collective itself: the engine's hooks
-run on the host (fetch, release, prefetch bookkeeping), and its fetch blocks on events once two are
-in flight (partitioned_param_coordinator.py, `__max_ongoing_fetch_events`), so the host's time is
-not hidden behind the kernels. Measured, not sourced: the first GPU check (one H200, 2026-12-04,
-results/gpu-check/2026-12-04-h200), Pythia-160M, 16 x 2048 tokens per micro-step, one GPU:
-ZeRO-3's micro-step 0.2766 s against ZeRO-0's 0.1045 s, over its 100 collectives. One model and
-shape: the next GPU check measures it again at a quarter of the micro-batch (same collectives, a
-quarter of the compute), which says whether it adds to the compute (as here) or overlaps it."""
+ZERO3_HOOK_S = 1.83e-3
+"""Host seconds each of DeepSpeed ZeRO-3's per-micro-step collectives (a module's parameter gather,
+a gradient bucket's reduce-scatter) adds on a GPU: the engine's hooks (fetch, release, prefetch
+bookkeeping) run on the host, whose fetch also blocks on events once two are in flight
+(partitioned_param_coordinator.py, `__max_ongoing_fetch_events`). A ZeRO-3 micro-step lasts the
+longer of the host's time (its operators' dispatch and these) and the GPU's. Measured, not sourced:
+Pythia-160M on one H200 (results/gpu-check/2026-12-04-h200, -rerun; benchmarks/zero3_hooks.py),
+six ZeRO-3 micro-steps of 0.156-0.277 s (median 0.190) at micro-batches 1, 4 and 16 of 2048 tokens,
+with ZeRO-0's at 0.031, 0.033 and 0.103 s: the same time whatever the compute, so the host's, less
+its predicted dispatch (0.007 s), over the 100 collectives."""
 LINK_EFFICIENCY = 0.8
 """Fraction of the datasheet link bandwidth NCCL's ring reaches within a node: all-reduce bus
 bandwidth 234.9 of 300 GB/s on A100 NVLink 3, ring 367 of 450 GB/s on H200 NVLink 4

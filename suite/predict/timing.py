@@ -50,9 +50,9 @@ Overlap is what the engines do: DeepSpeed ZeRO 0-2 reduce on the compute stream 
 is off below ZeRO-3, zero/config.py:384-386) and so never hide a collective; ZeRO-3
 (overlap_comm on, parameter prefetch) and FSDP2 (prefetched all-gathers, reduce-scatter on its
 own stream) hide communication behind compute on a GPU up to the compute time; a CPU worker
-runs every collective in line. ZeRO-3's hooks cost each of its collectives host time on a GPU
-that the kernels do not hide (`gpu.ZERO3_HOOK_S`, measured; a calibrated machine's loop has it in
-its `sync`).
+runs every collective in line. ZeRO-3's hooks cost each of its collectives host time on a GPU,
+and its micro-step lasts the longer of the host's time and the GPU's (`gpu.ZERO3_HOOK_S`,
+measured; a calibrated machine's loop has it in its `sync`).
 """
 
 from __future__ import annotations
@@ -152,29 +152,40 @@ def gpu_compute_seconds(
     for g in tr.groups:
         flops, moved = g.flops_at(b), g.bytes_at(b)
         if g.op in VIEWS:
-            t, dispatched = 0.0, not fused
+            t = 0.0
         elif g.op in MATMULS and flops:
             dims = g.dims_at(b)
             rate = _matmul_rate(m, dtype, dims) * m.sustained
             t = max(flops / rate, moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
             if fused:  # the fused kernel after it: its output read, the result written
                 t += 2 * dims[0] * dims[1] * dims[2] * w / m.memory_bps + gpu.LAUNCH_GAP_S
-            dispatched = True
         elif g.op.startswith(ATTENTION_PREFIX) and flops:
             dims = g.dims_at(b)
             causal = bool(dims[5]) if len(dims) > 5 else False
             rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal) * m.sustained
-            t, dispatched = flops * (0.5 if causal else 1.0) / rate + gpu.LAUNCH_GAP_S, True
+            t = flops * (0.5 if causal else 1.0) / rate + gpu.LAUNCH_GAP_S
         elif fused:
-            t, dispatched = 0.0, False
+            t = 0.0
         else:  # a convolution's FLOPs at the GEMMs' rate, anything else at memory speed
             t = max(flops / (peak * m.gemm_best * m.sustained), moved / m.memory_bps) + gpu.LAUNCH_GAP_S
-            dispatched = True
         device[g.phase] += g.count * t
-        host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * dispatched
+        host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * _dispatched(g, b, fused)
         n_ops += g.count
     fwd, bwd = (max(device[p], host[p]) for p in ("forward", "backward"))
     return fwd, bwd, n_ops
+
+
+def _dispatched(g, b: int, fused: bool) -> bool:
+    """Whether a GPU's host dispatches the operator group `g` as kernels of its own: every operator
+    in eager mode; with norms and activations fused only the GEMMs and attention."""
+    kernel = (g.op in MATMULS or g.op.startswith(ATTENTION_PREFIX)) and g.flops_at(b)
+    return not fused or bool(kernel and g.op not in VIEWS)
+
+
+def host_seconds(tr: Trace, b: int, impl: Implementation = SUITE, compiled: bool = False) -> float:
+    """The host's time to dispatch one micro-step's operators on a GPU (forward and backward)."""
+    fused = impl.elementwise_fused(compiled)
+    return sum(g.count * gpu.EAGER_DISPATCH_S for g in tr.groups if _dispatched(g, b, fused))
 
 
 def stream_rate(m: Machine, nbytes: float, op: str = "") -> float:
@@ -299,9 +310,11 @@ def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
     return (0.0, reduce, 0, len(flushes)) if c.t.methods.zero_stage == 1 else (reduce, 0.0, len(flushes), 0)
 
 
-def _zero3(c: _Comm, compute: float, detail: dict[str, float]) -> Traffic:
+def _zero3(c: _Comm, compute: float, detail: dict[str, float], host: float = 0.0) -> Traffic:
     """ZeRO-3: each module's parameters gathered in forward (and in backward what the reuse
-    distance let go), gradients reduce-scattered in buckets at every micro-step."""
+    distance let go), gradients reduce-scattered in buckets at every micro-step. On a GPU the
+    engine's hooks add `gpu.ZERO3_HOOK_S` of host time per collective to the host's dispatch
+    (`host`), and the micro-step lasts the longer of the host's time and the GPU's."""
     from suite import methods
     from suite.predict.memory import REUSE_DISTANCE
 
@@ -322,8 +335,8 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float]) -> Traffic:
         passes * len(units) + OPS_PER_BUCKET * len(flushes)
     )
     if c.m.kind == "cuda" and "sync" not in c.m.step_scale.get("zero3", {}):  # a datasheet GPU: no loop measured
-        detail["zero3_hooks_s"] = n * gpu.ZERO3_HOOK_S
-        micro += detail["zero3_hooks_s"]
+        detail["zero3_host_s"] = host + n * gpu.ZERO3_HOOK_S
+        micro += max(0.0, detail["zero3_host_s"] - compute - micro)
     return micro, 0.0, n, 0
 
 
@@ -386,7 +399,8 @@ def step_parts(
     elif me.zero_stage in (1, 2):
         micro_comm, boundary_comm, n_micro, n_boundary = _zero12(c, detail)
     else:
-        micro_comm, boundary_comm, n_micro, n_boundary = _zero3(c, compute, detail)
+        host = host_seconds(tr, me.micro_batch, impl, me.compile) if m.kind == "cuda" else 0.0
+        micro_comm, boundary_comm, n_micro, n_boundary = _zero3(c, compute, detail, host)
 
     # Communication takes the compute scale (`loop_scale`: the engine's own proved unstable),
     # and each collective the engine's measured cost in a real loop (`loop_sync`).
