@@ -24,6 +24,7 @@ import difflib
 import inspect
 import json
 import math
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -249,18 +250,76 @@ def _fields(obj):
     return str(obj)
 
 
+ARCH_FORMAT = 1
+"""Bump when `_read_arch` reads other facts: cached ones of another format are not read."""
+
+
 def arch(m: ModelConfig) -> Arch:
-    """`m`'s architecture facts (cached per model config); raises ModelError if it has none."""
+    """`m`'s architecture facts; raises ModelError if it has none. Cached per model config in
+    memory and on disk (`paths.cache_dir()`/archs): reading them imports the model's modeling
+    code from transformers, seconds in every command that validates or labels a trial."""
     key = json.dumps(m, sort_keys=True, default=_fields)
     if key not in _archs:
-        try:
-            _archs[key] = _read_arch(m)
-        except ModelError as e:
-            _archs[key] = str(e)
+        path = _arch_path(m)
+        _archs[key] = _load_arch(path) if path else None
+        if _archs[key] is None:
+            try:
+                _archs[key] = _read_arch(m)
+            except ModelError as e:
+                _archs[key] = str(e)  # not kept on disk: the next command reads it again
+            else:
+                if path:
+                    _save_arch(path, _archs[key])
     a = _archs[key]
     if isinstance(a, str):
         raise ModelError(a)
     return a
+
+
+def _arch_path(m: ModelConfig) -> Path | None:
+    """Where `m`'s facts are cached: named by its resolved config (a local file's fields
+    included), transformers' version and ARCH_FORMAT; None where the config cannot be read."""
+    import hashlib
+    from importlib import metadata
+
+    from suite import paths
+
+    try:
+        resolved = fields(m)
+    except ModelError:
+        return None
+    blob = json.dumps(
+        [json.dumps(m, sort_keys=True, default=_fields), resolved, metadata.version("transformers"), ARCH_FORMAT],
+        sort_keys=True,
+        default=str,
+    )
+    return paths.cache_dir() / "archs" / f"{hashlib.sha256(blob.encode()).hexdigest()[:20]}.json"
+
+
+def _load_arch(path: Path) -> Arch | None:
+    try:
+        d = json.loads(path.read_text())
+        return Arch(
+            **{
+                **d,
+                "shape": Shape(**d["shape"]),
+                "attentions": tuple(d["attentions"]),
+                "block_names": tuple(d["block_names"]),
+            }
+        )
+    except (OSError, ValueError, TypeError, KeyError):  # absent, or written by another format: read again
+        return None
+
+
+def _save_arch(path: Path, a: Arch) -> None:
+    d = dataclasses.asdict(a)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(d))
+        tmp.replace(path)
+    except OSError:  # a cache that cannot be written costs time, not correctness
+        pass
 
 
 def shape(m: ModelConfig) -> Shape:

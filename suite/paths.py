@@ -50,3 +50,9 @@ def results_dir() -> Path:
 def calibration_dir() -> Path:
     """Where `suite-predict calibrate` keeps this machine's constants, per host."""
     return Path(os.environ.get("SUITE_CALIBRATION_DIR") or results_dir() / "calibration")
+
+
+def cache_dir() -> Path:
+    """Derived facts kept between runs (traces, architecture facts): `SUITE_CACHE_DIR`, default
+    ~/.cache/suite. Each entry's name is a hash of everything it was derived from."""
+    return Path(os.environ.get("SUITE_CACHE_DIR") or Path.home() / ".cache" / "suite")

@@ -368,3 +368,27 @@ def test_own_config_json_of_an_unshipped_architecture_runs_from_the_cli(tmp_path
     model = rec["trial"]["model"]
     assert model["model_type"] == "qwen2" and model["config"]["num_key_value_heads"] == 2
     assert rec["metrics"]["precision"] == "fp32" and rec["metrics"]["attention"] == "sdpa"
+
+
+def test_architecture_facts_are_kept_on_disk_by_config_and_read_back_equal(tmp_path, monkeypatch):
+    """A command reads a model's facts from the cache instead of importing its modeling code; a
+    config that differs gets an entry of its own, and an unreadable entry is read again."""
+
+    from suite import models
+
+    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(models, "_archs", {})
+    m = make_trial(TINY).model
+    first = models.arch(m)
+    path = models._arch_path(m)
+    assert path.parent == tmp_path / "archs" and path.exists()
+    monkeypatch.setattr(models, "_archs", {})  # a new process: memory empty
+    monkeypatch.setattr(models, "_read_arch", lambda m: pytest.fail("read again though cached"))
+    assert models.arch(m) == first
+    wider = replace(m, config={**m.config, "num_hidden_layers": m.config.get("num_hidden_layers", 2) + 1})
+    assert models._arch_path(wider) != path
+    monkeypatch.undo()
+    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(models, "_archs", {})
+    path.write_text("{not json")
+    assert models.arch(m) == first and models._load_arch(path) == first  # read again, written again

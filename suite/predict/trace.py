@@ -57,7 +57,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -477,7 +476,9 @@ def trace_key(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: 
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SUITE_CACHE_DIR") or Path.home() / ".cache" / "suite") / "traces"
+    from suite import paths
+
+    return paths.cache_dir() / "traces"
 
 
 _memo: dict[str, Trace] = {}
