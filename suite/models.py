@@ -258,9 +258,9 @@ def arch(m: ModelConfig) -> Arch:
     """`m`'s architecture facts; raises ModelError if it has none. Cached per model config in
     memory and on disk (`paths.cache_dir()`/archs): reading them imports the model's modeling
     code from transformers, seconds in every command that validates or labels a trial."""
-    key = json.dumps(m, sort_keys=True, default=_fields)
+    key = _arch_key(m)
     if key not in _archs:
-        path = _arch_path(m)
+        path = _arch_path(m, key)
         _archs[key] = _load_arch(path) if path else None
         if _archs[key] is None:
             try:
@@ -276,9 +276,14 @@ def arch(m: ModelConfig) -> Arch:
     return a
 
 
-def _arch_path(m: ModelConfig) -> Path | None:
-    """Where `m`'s facts are cached: named by its resolved config (a local file's fields
-    included), transformers' version and ARCH_FORMAT; None where the config cannot be read."""
+def _arch_key(m: ModelConfig) -> str:
+    return json.dumps(m, sort_keys=True, default=_fields)
+
+
+def _arch_path(m: ModelConfig, key: str) -> Path | None:
+    """Where `m`'s facts are cached: named by its in-memory `key` (`_arch_key`), its resolved config (a
+    local file's fields included), transformers' version and ARCH_FORMAT; None where the config
+    cannot be read."""
     import hashlib
     from importlib import metadata
 
@@ -289,7 +294,7 @@ def _arch_path(m: ModelConfig) -> Path | None:
     except ModelError:
         return None
     blob = json.dumps(
-        [json.dumps(m, sort_keys=True, default=_fields), resolved, metadata.version("transformers"), ARCH_FORMAT],
+        [key, resolved, metadata.version("transformers"), ARCH_FORMAT],
         sort_keys=True,
         default=str,
     )

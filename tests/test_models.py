@@ -373,20 +373,19 @@ def test_own_config_json_of_an_unshipped_architecture_runs_from_the_cli(tmp_path
 def test_architecture_facts_are_kept_on_disk_by_config_and_read_back_equal(tmp_path, monkeypatch):
     """A command reads a model's facts from the cache instead of importing its modeling code; a
     config that differs gets an entry of its own, and an unreadable entry is read again."""
-
     from suite import models
 
     monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(models, "_archs", {})
     m = make_trial(TINY).model
     first = models.arch(m)
-    path = models._arch_path(m)
+    path = models._arch_path(m, models._arch_key(m))
     assert path.parent == tmp_path / "archs" and path.exists()
     monkeypatch.setattr(models, "_archs", {})  # a new process: memory empty
     monkeypatch.setattr(models, "_read_arch", lambda m: pytest.fail("read again though cached"))
     assert models.arch(m) == first
     wider = replace(m, config={**m.config, "num_hidden_layers": m.config.get("num_hidden_layers", 2) + 1})
-    assert models._arch_path(wider) != path
+    assert models._arch_path(wider, models._arch_key(wider)) != path
     monkeypatch.undo()
     monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(models, "_archs", {})
