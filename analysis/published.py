@@ -15,10 +15,10 @@ import pandas as pd
 
 from analysis import estimates
 from analysis.prices import Prices
-from suite import models
 from suite.config import Trial
 from suite.config.compose import trial
 from suite.metrics import peak_flops
+from suite.predict.trace import model_flops
 
 SOURCE = 'Khandelwal et al. 2024, "$100K or 100 Days", arXiv 2410.23261'
 
@@ -50,10 +50,10 @@ def trial_for(p: Published) -> Trial:
 @cache
 def flops_per_token(model: str) -> float:
     """A model's FLOPs (forward + backward) per unit of its task (a token, or an image) at its
-    recipe's shape, counted on the meta device (a few seconds)."""
+    recipe's shape, counted on the meta device (a few seconds; then read from the predictor's
+    cache, `suite.predict.trace.model_flops`)."""
     t = trial([f"model={model}"])
-    flops_per_sample, _ = models.count_flops(t.model, "sdpa", "none")
-    return flops_per_sample / t.tokens_per_sample
+    return model_flops(t.model, "sdpa") / t.tokens_per_sample
 
 
 def published_estimates(prices: Prices) -> pd.DataFrame:

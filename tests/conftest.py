@@ -101,6 +101,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True, scope="session")
+def cache_dir(tmp_path_factory):
+    """Derived facts (traces, architecture facts, FLOP counts) are cached in one folder of the
+    session, which every test and subprocess shares: a run starts from none, as on a fresh
+    machine, whatever ~/.cache/suite holds."""
+    os.environ["SUITE_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "cache")
+    return os.environ["SUITE_CACHE_DIR"]
+
+
+@pytest.fixture(autouse=True, scope="session")
 def calibration_dir(tmp_path_factory):
     """Calibrations a test makes (a CPU search measures this machine's constants first) go to
     one folder of the session, never the repository's results/; subprocesses inherit it."""

@@ -408,9 +408,8 @@ def tiny_predict(hardware: str, *extra: str) -> str:
 
 @pytest.fixture
 def isolated_predictor(tmp_path_factory, monkeypatch):
-    """Traces cached in the test session's folder; no calibration; no published accuracy."""
+    """No calibration; no published accuracy (traces: the session's cache, conftest)."""
     base = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("SUITE_CACHE_DIR", str(base / "cache"))
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(base / "no-calibration"))
     monkeypatch.setattr("suite.paths.accuracy_dir", lambda: base / "no-accuracy")
     return monkeypatch

@@ -55,7 +55,7 @@ def store(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
-    """Traces cached in the session's folder; this machine's committed calibration of cpu-x2 (the
+    """This machine's committed calibration of cpu-x2 (the
     fixtures ran on it, host vm); a published GPU step-time error of ±7.5% median, 9.8% p90."""
     base = tmp_path_factory.getbasetemp()
     calibration, accuracy = base / "figures-calibration", base / "figures-accuracy"
@@ -65,7 +65,6 @@ def isolated(tmp_path_factory):
     stat = {"n": 12, "median": 7.5, "p90": 9.8, "max": 14.0}
     (accuracy / "cuda.json").write_text(json.dumps({"n_records": 12, "step_time_err_pct": stat, "source": "test"}))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SUITE_CACHE_DIR", str(base / "cache"))
         mp.setenv("SUITE_CALIBRATION_DIR", str(calibration))
         mp.setattr("suite.paths.accuracy_dir", lambda: accuracy)
         yield mp

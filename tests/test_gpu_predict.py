@@ -23,11 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TEXT_LAYERS = ("num_hidden_layers", "n_layer")
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
 def _at(t, seq: int):
     """`t` at sequence `seq` with two blocks (the bound holds per block; two keep it fast)."""
     cfg = dict(t.model.config)

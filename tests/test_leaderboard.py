@@ -121,7 +121,6 @@ def predicted_page(results, tmp_path_factory) -> Path:
     base, out = tmp_path_factory.getbasetemp(), tmp_path_factory.mktemp("predicted") / "index.html"
     asked = [tiny_predict(PREDICTED_BUDGET), tiny_predict(PREDICTED_BUDGET, "hardware.mem_gib=0.01")]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SUITE_CACHE_DIR", str(base / "cache"))
         mp.setattr("suite.paths.accuracy_dir", lambda: base / "no-accuracy")
         assert (
             report_main(["leaderboard", str(results), "-o", str(out), *(a for v in asked for a in ("--predict", v))])

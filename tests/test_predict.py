@@ -26,8 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path_factory, monkeypatch):
-    """Traces cached in a folder of the test session; calibrations in a folder of their own."""
-    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    """Calibrations in a folder of the test session (traces: the session's cache, conftest)."""
     monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(tmp_path_factory.getbasetemp() / "calibration"))
 
 

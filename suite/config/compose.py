@@ -17,6 +17,7 @@ typed by its values' type (`for_hydra`). A value outside the choices composes, a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import re
@@ -136,7 +137,20 @@ def overrides(args: list[str]) -> list[str]:
 
 
 def compose(args: list[str]):
-    """The composed config of these overrides, from the shipped conf/ (Hydra's compose API)."""
+    """The composed config of these overrides, from the shipped conf/ (Hydra's compose API). A
+    process composes the same overrides once while conf/ is unchanged (Hydra takes a sixth of a
+    second; a copy, milliseconds); each caller gets its own copy."""
+    return copy.deepcopy(_composed(tuple(args), _conf_stamp()))
+
+
+def _conf_stamp() -> tuple:
+    """conf/ as it is now: each YAML file's path and modification time."""
+    root = paths.conf_dir()
+    return (str(root), *((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in sorted(root.rglob("*.yaml"))))
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(args: tuple[str, ...], stamp: tuple):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -145,7 +159,7 @@ def compose(args: list[str]):
     with _HYDRA:  # Hydra's state is one per process: threads compose one at a time
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(paths.conf_dir()), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=overrides(args))
+            return hydra_compose(config_name="config", overrides=overrides(list(args)))
 
 
 def trial_from_cfg(cfg: Any) -> Trial:
@@ -169,12 +183,27 @@ def with_hardware(cfg: Any, gpu: str, count: int) -> Any:
     composing `hardware=<gpu> hardware.count=<count>` gives when no other override or experiment
     touches hardware (tests/test_predict.py checks it against Hydra), in milliseconds instead of
     Hydra's third of a second (`suite-predict hardware=all` predicts 21 types x 4 counts)."""
-    from suite.config.schema import HardwareConfig
-
-    node = OmegaConf.merge(OmegaConf.structured(for_hydra(HardwareConfig)), _hardware_file(gpu), {"count": count})
+    node = _hardware_node(gpu, _hardware_stamp()).copy()
+    node.count = count
     out = cfg.copy()
     out.hardware = node
     return out
+
+
+def _hardware_stamp() -> tuple:
+    """conf/hardware/ as it is now (each file's name and modification time): a cached reading
+    of it holds while this is unchanged."""
+    folder = paths.conf_dir() / "hardware"
+    return (str(folder), *((p.name, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.yaml"))))
+
+
+@functools.lru_cache(maxsize=256)
+def _hardware_node(name: str, stamp: tuple):
+    """conf/hardware/<name>.yaml merged into the hardware schema, read once per `stamp`
+    (callers copy it before changing it)."""
+    from suite.config.schema import HardwareConfig
+
+    return OmegaConf.merge(OmegaConf.structured(for_hydra(HardwareConfig)), _hardware_file(name))
 
 
 def _hardware_file(name: str):
@@ -191,7 +220,13 @@ def _hardware_file(name: str):
 
 
 def gpu_profiles() -> dict[str, dict[str, Any]]:
-    """Every GPU type of conf/hardware/ by its key (a100-80gb): its datasheet fields."""
+    """Every GPU type of conf/hardware/ by its key (a100-80gb): its datasheet fields (a copy of
+    the folder's one reading while its files are unchanged)."""
+    return copy.deepcopy(_gpu_profiles(_hardware_stamp()))
+
+
+@functools.lru_cache(maxsize=8)
+def _gpu_profiles(stamp: tuple) -> dict[str, dict[str, Any]]:
     out = {}
     for p in sorted((paths.conf_dir() / "hardware").glob("*.yaml")):
         d = OmegaConf.to_container(OmegaConf.load(p))
