@@ -47,7 +47,7 @@ def test_every_hardware_profile_composes_and_is_valid(hardware):
     from suite.config import compose
 
     other = _a6000()
-    for n in (1, 2, 4, 8) if hardware != "cpu-x2-1gb" else (2,):
+    for n in (1, 8) if hardware != "cpu-x2-1gb" else (2,):  # one device and a node of them: the ends
         cfg = compose.compose([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
         # suite-predict hardware=all's shortcut past Hydra gives the same config.
         swapped = compose.with_hardware(other, hardware, n)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_trial, single_rank_env
+from conftest import TINY, make_trial, measured_all, single_rank_env
 
 from suite import store, worker
 from suite.config.validate import problems
@@ -472,13 +472,9 @@ def test_the_worker_names_an_oom_where_torch_has_no_OutOfMemoryError(monkeypatch
 
 
 @pytest.mark.slow
-def test_deepspeed_trains_with_torchs_fused_adamw_where_its_ops_are_not_built(tmp_path):
-    from suite.runner import run_one
-
+def test_deepspeed_trains_with_torchs_fused_adamw_where_its_ops_are_not_built(trial_store):
     stages = (["methods.zero_stage=0"], ["methods.zero_stage=3"], ["methods.zero_stage=2", "methods.offload=optimizer"])
-    for extra in stages:
-        t = make_trial([*TINY, *extra, "methods.optimizer=torch_fused"])
-        rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
+    for rec in measured_all(trial_store, [[*TINY, *extra, "methods.optimizer=torch_fused"] for extra in stages]):
         assert rec.ok, rec.message
         assert rec.metrics["optimizer"] == "torch fused AdamW" and rec.metrics["loss_per_step"][-1] < 7.0
 

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import TINY, make_trial
+from conftest import FSDP2, TINY, make_trial, measured_all
 
 from suite.config import compose
 from suite.config.validate import problems
@@ -212,15 +212,14 @@ def test_published_runs_are_scored_on_a_few_rows():
 
 
 @pytest.mark.slow
-def test_selective_recomputation_and_reduce_every_micro_step_train_for_real(tmp_path):
+def test_selective_recomputation_and_reduce_every_micro_step_train_for_real(trial_store):
     """Real 2-process CPU trials: selective recomputation under DeepSpeed and FSDP2, and FSDP2
     reducing at every micro-step, which trains as the boundary-only reduction does (the same
-    mean of the same gradients)."""
-    from suite.runner import run_one
-
+    mean of the same gradients). FSDP2's boundary-only trial is conftest's FACTS one: measured
+    once per session, two trials side by side."""
     cases = {
         "zero2 selective": ["methods.zero_stage=2", "methods.recompute=selective"],
-        "fsdp2 boundary": ["methods.engine=fsdp2", "methods.micro_batch=2"],
+        "fsdp2 boundary": ["methods.engine=fsdp2", *FSDP2["full_shard"]],
         "fsdp2 every": ["methods.engine=fsdp2", "methods.micro_batch=2", "methods.reduce_every_micro_step=true"],
         "fsdp2 every selective": [
             "methods.engine=fsdp2",
@@ -229,7 +228,7 @@ def test_selective_recomputation_and_reduce_every_micro_step_train_for_real(tmp_
             "methods.recompute=selective",
         ],
     }
-    recs = {k: run_one(make_trial(TINY + v), str(tmp_path), "test", in_sweep=True).record for k, v in cases.items()}
+    recs = dict(zip(cases, measured_all(trial_store, [TINY + v for v in cases.values()]), strict=True))
     for k, rec in recs.items():
         assert rec.outcome == "ok", (k, rec.message)
     m = {k: rec.metrics for k, rec in recs.items()}
