@@ -100,6 +100,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; this machine has none"))
 
 
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A folder of the whole test run: under pytest-xdist, one that every test process shares
+    (their base folders are siblings), so a trial or the calibration is made once per run."""
+    base = tmp_path_factory.getbasetemp()
+    d = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def worker_share() -> tuple[int, int]:
+    """This test process's index and the number of test processes (pytest-xdist; else 0 of 1)."""
+    me = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(me.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def cache_dir(tmp_path_factory):
     """Derived facts (traces, architecture facts, FLOP counts) are cached in one folder of the
@@ -112,16 +127,31 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(autouse=True, scope="session")
 def calibration_dir(tmp_path_factory):
     """Calibrations a test makes (a CPU search measures this machine's constants first) go to
-    one folder of the session, never the repository's results/; subprocesses inherit it."""
-    os.environ["SUITE_CALIBRATION_DIR"] = str(tmp_path_factory.getbasetemp() / "calibration")
+    one folder of the run, never the repository's results/; subprocesses inherit it."""
+    os.environ["SUITE_CALIBRATION_DIR"] = str(shared_dir(tmp_path_factory, "calibration"))
     return os.environ["SUITE_CALIBRATION_DIR"]
 
 
 def _calibrate() -> subprocess.CompletedProcess:
+    """`suite-predict calibrate hardware=cpu --quick` into the run's calibration folder, once per
+    run: the test process that comes first makes it (holding a lock) and keeps what the command
+    said; the others wait for it and read that."""
+    import fcntl
+    import json
     import sys
 
-    cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    d = Path(os.environ["SUITE_CALIBRATION_DIR"])
+    made = d / "made-by-the-tests.json"
+    with open(d / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if made.exists():
+            said = json.loads(made.read_text())
+            return subprocess.CompletedProcess(said["args"], said["returncode"], said["stdout"], said["stderr"])
+        cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        said = {"args": cmd, "returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
+        made.write_text(json.dumps(said))
+        return out
 
 
 _prefetched: dict = {}
@@ -132,16 +162,19 @@ def prefetch(request, calibration_dir, trial_store):
     """Start, in one background thread, the calibration and the FACTS trials that the selected
     tests will read, so that they run while the tests before their readers run (a trial's ranks
     leave part of two cores idle). A reader that comes first waits on the trial's claim in the
-    store and is then served from it; nothing is started for a tier that reads none of them."""
+    store and is then served from it; nothing is started for a tier that reads none of them.
+    Under pytest-xdist the store and the calibration are the run's: the first test process
+    starts the calibration and each starts its share of the trials."""
     from concurrent.futures import ThreadPoolExecutor
 
     wanted = {name for item in request.session.items for name in item.fixturenames}
+    me, n = worker_share()
     pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
-    if "calibrated" in wanted:
+    if "calibrated" in wanted and me == 0:
         _prefetched["calibrated"] = pool.submit(_calibrate)
-    for name, trials in FACTS.items():
-        for overrides in trials if name in wanted else []:
-            pool.submit(_run, trial_store, make_trial(overrides))  # composed here: see measured_all
+    trials = [overrides for name, trials in FACTS.items() if name in wanted for overrides in trials]
+    for overrides in trials[me::n]:
+        pool.submit(_run, trial_store, make_trial(overrides))  # composed here: see measured_all
     yield
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -152,7 +185,7 @@ def calibrated(calibration_dir):
     minimal real trial), made once for the session in its calibration folder (`prefetch` starts
     it): the predictor's tests read it and a CPU search (a subprocess) finds it there instead of
     calibrating again. Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`,
-    which exits 0."""
+    which exits 0 (under pytest-xdist, what it said to the test process that made it)."""
     started = _prefetched.get("calibrated")
     out = started.result() if started else _calibrate()
     assert out.returncode == 0 and "wrote " in out.stdout, out.stderr[-3000:]
@@ -161,9 +194,10 @@ def calibrated(calibration_dir):
 
 @pytest.fixture(scope="session")
 def trial_store(tmp_path_factory) -> Path:
-    """One store of real trials for the session: a test that reads facts of a trial runs it with
-    `measured`, and a trial another test has run already (the same trial id) is served from here."""
-    return tmp_path_factory.mktemp("trials")
+    """One store of real trials for the run: a test that reads facts of a trial runs it with
+    `measured`, and a trial another test has run already (the same trial id) is served from here;
+    under pytest-xdist every test process's, through the store's claims."""
+    return shared_dir(tmp_path_factory, "trials")
 
 
 def measured(store: Path, overrides: list[str]):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -25,10 +26,19 @@ from suite.runner import run_one
 
 
 def workers_of(t) -> list[psutil.Process]:
+    """The live worker processes of trial `t` that this test process started, itself or through
+    the commands it ran (they inherit its environment, orphans too): under pytest-xdist another
+    test process may be running a trial of the same id at the same time."""
+    me = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if "suite.worker" in cmd and f"trial-{t.id}-" in cmd:
+            try:
+                if p.environ().get("PYTEST_XDIST_WORKER") != me:
+                    continue
+            except psutil.NoSuchProcess:
+                continue  # ended meanwhile
             found.append(p)
     return found
 
