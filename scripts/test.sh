@@ -8,9 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-tier=()
+tier=(-n 2 --dist loadgroup)  # two test processes: see tests/conftest.py, pytest_collection_modifyitems
 if [ "${1:-}" = --quick ]; then
   shift
-  tier=(-m "not slow" -n 2 --dist loadfile)
+  tier+=(-m "not slow")
 fi
 python -m pytest -q "${tier[@]}" "$@"

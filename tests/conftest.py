@@ -89,8 +89,46 @@ def single_rank_env(**extra: str) -> dict[str, str]:
     return os.environ | {"DS_ACCELERATOR": "cpu", **rank, **extra}
 
 
+# Modules every test of which stays in one test process (one Slurm, one set of ports).
+WHOLE = {"test_slurm.py", "test_multinode.py"}
+GROUPS = "SUITE_TEST_GROUPS"
+"""The file where test processes leave each test's unit of scheduling for pytest-xdist's controller."""
+
+
+def pytest_configure(config):
+    """Under `pytest -n N --dist loadgroup` (scripts/test.sh), the controller names the file the
+    test processes (they inherit its environment) write each test's unit into."""
+    if config.getoption("dist", "no") == "loadgroup" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="suite-test-groups-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS] = path
+
+
+def pytest_unconfigure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(GROUPS):
+        Path(os.environ.pop(GROUPS)).unlink(missing_ok=True)
+
+
+def unit(item) -> str:
+    """The test's unit of scheduling: its module where the test reads a module-scoped fixture
+    (made once, not once per test process) or its module must stay whole; else the test alone,
+    so that two test processes share the work evenly."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info else []
+    if item.path.name in WHOLE or any(d[-1].scope == "module" for d in defs if d):
+        return str(item.path)
+    return item.nodeid
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` skip where torch sees no CUDA GPU (`pytest -m gpu` runs them on one)."""
+    """Tests marked `gpu` skip where torch sees no CUDA GPU (`pytest -m gpu` runs them on one);
+    each test's unit of scheduling goes to the controller (`unit`, `pytest_xdist_make_scheduler`)."""
+    if os.environ.get(GROUPS) and os.environ.get("PYTEST_XDIST_WORKER"):
+        from suite.store import write_json
+
+        write_json(Path(os.environ[GROUPS]), {item.nodeid: unit(item) for item in items})
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if gpu:
         import torch
@@ -98,6 +136,27 @@ def pytest_collection_modifyitems(config, items):
         if not torch.cuda.is_available():
             for item in gpu:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; this machine has none"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's load scheduling by units (`unit`): what `--dist loadgroup` does with
+    xdist_group marks, which pytest 9 leaves unread (xdist 3.8 renames a test by its `_nodeid`)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                self.units = json.loads(Path(os.environ[GROUPS]).read_text())
+            return self.units.get(nodeid, nodeid)
+
+    return ByUnit(config, log)
 
 
 def shared_dir(tmp_path_factory, name: str) -> Path:
@@ -118,9 +177,9 @@ def worker_share() -> tuple[int, int]:
 @pytest.fixture(autouse=True, scope="session")
 def cache_dir(tmp_path_factory):
     """Derived facts (traces, architecture facts, FLOP counts) are cached in one folder of the
-    session, which every test and subprocess shares: a run starts from none, as on a fresh
-    machine, whatever ~/.cache/suite holds."""
-    os.environ["SUITE_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "cache")
+    run, which every test, test process and subprocess shares: a run starts from none, as on a
+    fresh machine, whatever ~/.cache/suite holds."""
+    os.environ["SUITE_CACHE_DIR"] = str(shared_dir(tmp_path_factory, "cache"))
     return os.environ["SUITE_CACHE_DIR"]
 
 
