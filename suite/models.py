@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import inspect
 import json
 import math
 import os
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from fractions import Fraction
@@ -60,6 +62,23 @@ SUITE_FIELDS = {
 
 class ModelError(ValueError):
     """A model config that cannot be resolved; the message names the field and the value."""
+
+
+_TRANSFORMERS = threading.RLock()
+"""Held while transformers resolves a name of its lazy modules: a second thread resolving one at
+the same time can find a module half made (AttributeError: module 'transformers' has no
+attribute 'AutoModel'; seen when a test's thread labelled a trial while another built one)."""
+
+
+def _serialized(fn):
+    """`fn`, run by one thread at a time (`_TRANSFORMERS`)."""
+
+    @functools.wraps(fn)
+    def one_at_a_time(*args, **kwargs):
+        with _TRANSFORMERS:
+            return fn(*args, **kwargs)
+
+    return one_at_a_time
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -107,6 +126,7 @@ def inline(m: ModelConfig) -> ModelConfig:
     return dataclasses.replace(m, model_type=model_type, hf_config="", config=merged, source=source)
 
 
+@_serialized
 def config_class(model_type: str):
     from transformers import CONFIG_MAPPING
 
@@ -122,6 +142,7 @@ def config_class(model_type: str):
     return CONFIG_MAPPING[model_type]
 
 
+@_serialized
 def hf_config(m: ModelConfig):
     """The transformers config of `m`: random-init training settings (no key/value cache) and,
     for image tasks, the recipe's image size where the architecture has one."""
@@ -143,6 +164,7 @@ def hf_config(m: ModelConfig):
     return cfg
 
 
+@_serialized
 def task_class(m: ModelConfig, cfg=None):
     """The task's AutoModelFor... class for `m`'s config (a class, nothing built)."""
     import transformers
@@ -220,6 +242,7 @@ class Arch:
 _archs: dict[str, Arch | str] = {}
 
 
+@_serialized
 def _read_arch(m: ModelConfig) -> Arch:
     import transformers
 
