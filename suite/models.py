@@ -25,7 +25,6 @@ import functools
 import inspect
 import json
 import math
-import os
 import sys
 import threading
 import types
@@ -340,12 +339,10 @@ def _load_arch(path: Path) -> Arch | None:
 
 
 def _save_arch(path: Path, a: Arch) -> None:
-    d = dataclasses.asdict(a)
+    from suite.store import write_json  # suite.store imports this module (through record, metrics)
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(d))
-        tmp.replace(path)
+        write_json(path, dataclasses.asdict(a))
     except OSError:  # a cache that cannot be written costs time, not correctness
         pass
 

@@ -144,7 +144,8 @@ def compose(args: list[str]):
 
 
 def _conf_stamp() -> tuple:
-    """conf/ as it is now: each YAML file's path and modification time."""
+    """conf/ as it is now: each YAML file's path and modification time. A cached reading of
+    conf/ (a composed config, a hardware profile) holds while this is unchanged."""
     root = paths.conf_dir()
     return (str(root), *((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in sorted(root.rglob("*.yaml"))))
 
@@ -183,18 +184,11 @@ def with_hardware(cfg: Any, gpu: str, count: int) -> Any:
     composing `hardware=<gpu> hardware.count=<count>` gives when no other override or experiment
     touches hardware (tests/test_predict.py checks it against Hydra), in milliseconds instead of
     Hydra's third of a second (`suite-predict hardware=all` predicts 21 types x 4 counts)."""
-    node = _hardware_node(gpu, _hardware_stamp()).copy()
+    node = _hardware_node(gpu, _conf_stamp()).copy()
     node.count = count
     out = cfg.copy()
     out.hardware = node
     return out
-
-
-def _hardware_stamp() -> tuple:
-    """conf/hardware/ as it is now (each file's name and modification time): a cached reading
-    of it holds while this is unchanged."""
-    folder = paths.conf_dir() / "hardware"
-    return (str(folder), *((p.name, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.yaml"))))
 
 
 @functools.lru_cache(maxsize=256)
@@ -222,7 +216,7 @@ def _hardware_file(name: str):
 def gpu_profiles() -> dict[str, dict[str, Any]]:
     """Every GPU type of conf/hardware/ by its key (a100-80gb): its datasheet fields (a copy of
     the folder's one reading while its files are unchanged)."""
-    return copy.deepcopy(_gpu_profiles(_hardware_stamp()))
+    return copy.deepcopy(_gpu_profiles(_conf_stamp()))
 
 
 @functools.lru_cache(maxsize=8)
