@@ -281,20 +281,29 @@ def arch(m: ModelConfig) -> Arch:
     memory and on disk (`paths.cache_dir()`/archs): reading them imports the model's modeling
     code from transformers, seconds in every command that validates or labels a trial."""
     key = _arch_key(m)
-    if key not in _archs:
-        path = _arch_path(m, key)
-        _archs[key] = _load_arch(path) if path else None
-        if _archs[key] is None:
-            try:
-                _archs[key] = _read_arch(m)
-            except ModelError as e:
-                _archs[key] = str(e)  # not kept on disk: the next command reads it again
-            else:
-                if path:
-                    _save_arch(path, _archs[key])
-    a = _archs[key]
+    a = _archs.get(key) or _arch_uncached(m, key)
     if isinstance(a, str):
         raise ModelError(a)
+    return a
+
+
+@_serialized
+def _arch_uncached(m: ModelConfig, key: str) -> Arch | str:
+    """`m`'s facts from the disk cache or read afresh, kept under `key` once whole (a thread that
+    met a half-filled entry took None for the facts); the error's message where it has none."""
+    if key in _archs:
+        return _archs[key]
+    path = _arch_path(m, key)
+    a: Arch | str | None = _load_arch(path) if path else None
+    if a is None:
+        try:
+            a = _read_arch(m)
+        except ModelError as e:
+            a = str(e)  # not kept on disk: the next command reads it again
+        else:
+            if path:
+                _save_arch(path, a)
+    _archs[key] = a
     return a
 
 
