@@ -463,9 +463,10 @@ def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
     return runtime, margin
 
 
-REFERENCE_RUNS = 4
+REFERENCE_RUNS = {"full": 4, "quick": 2}
 """Rounds of the reference trials, each run in fresh workers: on a shared machine one run's
-scales vary by a third within an hour, so each scale is a median over rounds."""
+scales vary by a third within an hour, so each scale is a median over rounds (a quick
+calibration, for tests, takes the mean of two)."""
 
 
 def reference_trial(t: Trial, engine: dict) -> Trial:
@@ -477,9 +478,11 @@ def reference_trial(t: Trial, engine: dict) -> Trial:
     return calibration_trial(t, engine, "calibration-reference", shape, 4, 128, micro_batch=2, measure=measure)
 
 
-def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str, dict[str, float]]:
+def step_scales(
+    t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: int = REFERENCE_RUNS["full"]
+) -> dict[str, dict[str, float]]:
     """Per engine (ZeRO-0 first), the reference trial measured against its prediction from `m`'s
-    microbenchmarks alone (scales of 1). The engines run in turn, `REFERENCE_RUNS` rounds, each
+    microbenchmarks alone (scales of 1). The engines run in turn, `rounds_n` rounds, each
     run in fresh workers; each scale is the median over rounds of its value in one round, so
     that a scale compares runs made minutes apart in the same state of the machine:
 
@@ -514,7 +517,7 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
         collectives[key] = d["collectives_micro"] + d["collectives_boundary"]
     rounds: list[dict[str, dict[str, float]]] = []
     boundaries: dict[str, list[float]] = {key: [] for key in refs}
-    for _ in range(REFERENCE_RUNS):
+    for _ in range(rounds_n):
         scales: dict[str, dict[str, float]] = {}
         for key, ref in refs.items():
             o = run_trial(ref)
@@ -536,7 +539,7 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log) -> dict[str
     for key, (compute, comm, opt) in predicted.items():
         seen = ", ".join(f"{b * 1e3:.0f}" for b in boundaries[key])
         log(
-            f"calibrate: {key} reference trial ({REFERENCE_RUNS} rounds; boundary micro-steps {seen} ms): "
+            f"calibrate: {key} reference trial ({rounds_n} rounds; boundary micro-steps {seen} ms): "
             f"compute {compute * 1e3:.1f} ms predicted (x{out['zero0']['compute']:.2f}), communication "
             f"{comm * 1e3:.1f} ms (x{out[key].get('comm', 1.0):.2f}, not used; {collectives[key]:.0f} collectives, "
             f"{out[key].get('sync', 0.0) * 1e3:.2f} ms each beyond), optimizer {opt * 1e3:.1f} ms "
@@ -599,7 +602,7 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         notes=notes,
     )
     if t.hardware.device == "cpu":  # a GPU's reference needs the datasheet's constants merged first
-        m.step_scale = step_scales(t, m, engines_measured(t, mode), log)
+        m.step_scale = step_scales(t, m, engines_measured(t, mode), log, REFERENCE_RUNS[mode])
     return m
 
 
