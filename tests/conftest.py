@@ -12,6 +12,12 @@ import pytest
 from suite.config import Trial
 from suite.config.compose import compose, trial
 
+# Two test processes share the cores (scripts/test.sh): one OpenMP thread per process, as each of a
+# cpu-x2 trial's two ranks gets on 2 cores anyway (suite.launch.worker_env). A one-rank trial would
+# otherwise start a thread per core beside the other test process's work, and OpenMP threads that
+# wait for a descheduled sibling spin.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # How a CPU test trial is run: two CPU workers, few steps.
 CPU_RUN = [
     "hardware=cpu-x2",
@@ -37,6 +43,9 @@ TINY = CPU_RECIPE + [
     "model.config.intermediate_size=256",
     "model.config.vocab_size=1024",
 ]
+# The same trial on one worker: for what does not depend on how many ranks there are (the store, the
+# CLI, W&B, a recorded outcome, a resumed sweep); each rank costs seconds of imports.
+ONE = TINY + ["hardware=cpu-x1"]
 # The CPU-sized member of each task and architecture, at test size (batch 8; 64 tokens or 32x32 images).
 TINY_MEMBERS = {
     "causal-lm": TINY,

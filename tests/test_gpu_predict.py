@@ -183,14 +183,25 @@ def test_suite_predict_fixed_configuration_is_one_row(capsys):
     assert main(args + ["methods.micro_batch=3"]) == 2  # a micro-batch that does not divide is named
 
 
+def _two_blocks(model: str) -> list[str]:
+    """Overrides that cut `model` to two blocks (or one per ConvNeXt stage) where it has more."""
+    cfg = compose.trial([f"model={model}"]).model.config
+    cut = [f"model.config.{k}=2" for k in TEXT_LAYERS if cfg.get(k, 0) > 2]
+    if "depths" in cfg and sum(cfg["depths"]) > len(cfg["depths"]):
+        cut.append(f"model.config.depths=[{','.join('1' * len(cfg['depths']))}]")
+    return cut
+
+
 @pytest.mark.parametrize("model", [m if m == "pythia-1b" else pytest.param(m, marks=pytest.mark.slow) for m in SHIPPED])
 def test_hardware_all_answers_for_every_shipped_model(model, capsys):
-    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. (15-30 s a
-    model: the quick tier keeps the README's own, pythia-1b.)"""
+    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. The README's
+    own, pythia-1b, at full size (the quick tier's); the others with two blocks, their
+    architecture and recipe otherwise as shipped (a full-size trace is seconds a model; what is
+    tested is the rows of every profile, and each block is traced alike)."""
     from cli.predict import main
 
     narrow = ["search.engines=[fsdp2]", "search.offloads=[none]", "search.recomputes=[none]"]
-    assert main([f"model={model}", "hardware=all", *narrow]) == 0
+    assert main([f"model={model}", "hardware=all", *narrow, *([] if model == "pythia-1b" else _two_blocks(model))]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.split() and line.split()[0].endswith(("-x1", "-x8"))]
     assert len(rows) == 2 * len(compose.gpu_profiles())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import CPU_RECIPE, TINY, make_trial
+from conftest import CPU_RECIPE, ONE, make_trial
 from test_trial import workers_of
 
 from cli.bench import sweep_size
@@ -507,8 +507,8 @@ def test_a_sweep_killed_with_sigkill_resumes_its_runs_without_loss_or_duplicates
     the store untouched; the other keeps its first run as it was (the cut-off run left no trace),
     gets one run now, and its one record holds both runs in order, summarised by hand."""
     how = ["measure.repeats=2", "measure.timeout_s=600"]  # a loaded machine may start workers slowly
-    args = ["cli.bench", "-m", *TINY, *how, "wandb.mode=disabled", f"store.dir={tmp_path}", "methods.zero_stage=0,1"]
-    done_t, cut_t = (make_trial(TINY + how + [f"methods.zero_stage={z}"]) for z in (0, 1))
+    args = ["cli.bench", "-m", *ONE, *how, "wandb.mode=disabled", f"store.dir={tmp_path}", "methods.zero_stage=0,1"]
+    done_t, cut_t = (make_trial(ONE + how + [f"methods.zero_stage={z}"]) for z in (0, 1))
     cut = store.path_for(tmp_path, cut_t.id)
     proc = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600

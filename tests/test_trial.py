@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import CPU_RECIPE, FACTS, FSDP2, STAGES, TINY, make_trial, measured_all
+from conftest import CPU_RECIPE, FACTS, FSDP2, ONE, STAGES, TINY, make_trial, measured_all
 
 from suite import launch, models, store
 from suite.record import Record
@@ -122,12 +122,12 @@ def test_a_worker_killed_mid_trial_is_crashed(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_hung_worker_times_out_and_is_gone_and_the_run_exits_0(tiny, tmp_path):
+def test_a_hung_worker_times_out_and_is_gone_and_the_run_exits_0(tmp_path):
     """A single `suite-bench` run whose trial ends in a recorded outcome (here timeout; oom and
     crashed in test_multinode.py) exits 0: the outcome is a result, as in a sweep or a Slurm job."""
     hang = ["debug.fault=hang", "debug.fault_rank=0", "measure.timeout_s=15"]
-    t = tiny(*hang)
-    cmd = [sys.executable, "-m", "cli.bench", *TINY, *hang, "wandb.mode=disabled", f"store.dir={tmp_path}"]
+    t = make_trial(ONE + hang)
+    cmd = [sys.executable, "-m", "cli.bench", *ONE, *hang, "wandb.mode=disabled", f"store.dir={tmp_path}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     rec = store.load(tmp_path, t.id)
@@ -138,7 +138,7 @@ def test_a_hung_worker_times_out_and_is_gone_and_the_run_exits_0(tiny, tmp_path)
 
 
 @pytest.mark.slow
-def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_path):
+def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tmp_path):
     """Also: the lock files a worker killed while loading DeepSpeed's JIT ops leaves in the
     shared build folder (see suite.engines.preload_built_ops) do not make the next trial wait
     on them. scripts/setup.sh has built the ops; the trial runs with every one locked."""
@@ -153,7 +153,8 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tiny, tmp_
     try:
         for lock in locks:
             lock.touch()
-        rec = run_one(tiny("debug.fault=nan", "measure.timeout_s=90"), str(tmp_path), "test", in_sweep=True).record
+        t = make_trial(ONE + ["debug.fault=nan", "measure.timeout_s=90"])
+        rec = run_one(t, str(tmp_path), "test", in_sweep=True).record
     finally:
         for lock in locks:
             lock.unlink(missing_ok=True)
@@ -195,7 +196,7 @@ def test_a_trial_from_the_cli_is_stored_logged_to_wandb_and_served_from_the_stor
     """One real trial through `suite-bench`, three times: measured, stored and logged to an
     offline W&B run; served from the store, nothing launched; measured again under
     `measure.rerun=true`, where a W&B folder that cannot be made is a warning, not a failure."""
-    cmd = [sys.executable, "-m", "cli.bench", *TINY, f"store.dir={tmp_path}", "store.sweep=wb"]
+    cmd = [sys.executable, "-m", "cli.bench", *ONE, f"store.dir={tmp_path}", "store.sweep=wb"]
     first = subprocess.run(cmd + [f"wandb.dir={tmp_path / 'wb'}"], capture_output=True, text=True, timeout=180)
     assert first.returncode == 0, first.stderr[-2000:]
     files = list(tmp_path.glob("*.json"))
@@ -206,7 +207,7 @@ def test_a_trial_from_the_cli_is_stored_logged_to_wandb_and_served_from_the_stor
     runs = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     wb = wandb_records(runs[0])
-    assert wb["run"].run_group == "wb" and list(wb["run"].tags)[:2] == ["pythia-14m", "cpu-x2"]
+    assert wb["run"].run_group == "wb" and list(wb["run"].tags)[:2] == ["pythia-14m", "cpu-x1"]
     assert wb["config"]["methods"] == rec["trial"]["methods"] and wb["config"]["trial_id"] == rec["trial_id"]
     assert wb["summary"]["outcome"] == "ok"
     assert wb["summary"]["step_time_s"] == pytest.approx(rec["metrics"]["step_time_s"])
