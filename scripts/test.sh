@@ -2,15 +2,14 @@
 # Set up and run the test suite (CPU; tests marked gpu skip without a GPU).
 #   bash scripts/test.sh            everything, as CI runs it (about 13 minutes on 2 cores)
 #   bash scripts/test.sh --quick    every module's logic, at most one real trial per engine (2-3 minutes)
-# Both run three test processes side by side (pytest-xdist; on 2 cores, three keep both busy while a trial's
-# ranks start up or wait), each test on its own or with the other tests of its module where they share a
-# module-scoped fixture (tests/conftest.py, pytest_xdist_make_scheduler).
+# Both run two test processes side by side (pytest-xdist), each test on its own or with the other tests
+# of its module where they share a module-scoped fixture (tests/conftest.py, pytest_xdist_make_scheduler).
 # Other arguments go to pytest (bash scripts/test.sh --quick tests/test_search.py -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-tier=(-n 3 --dist loadgroup)
+tier=(-n 2 --dist loadgroup)
 if [ "${1:-}" = --quick ]; then
   shift
   tier+=(-m "not slow")

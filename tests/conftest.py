@@ -12,7 +12,7 @@ import pytest
 from suite.config import Trial
 from suite.config.compose import compose, trial
 
-# Test processes side by side share the cores (scripts/test.sh): one OpenMP thread per process, as each of a
+# Two test processes share the cores (scripts/test.sh): one OpenMP thread per process, as each of a
 # cpu-x2 trial's two ranks gets on 2 cores anyway (suite.launch.worker_env). A one-rank trial would
 # otherwise start a thread per core beside the other test process's work, and OpenMP threads that
 # wait for a descheduled sibling spin.
@@ -123,7 +123,7 @@ def pytest_unconfigure(config):
 def unit(item) -> str:
     """The test's unit of scheduling: its module where the test reads a module-scoped fixture
     (made once, not once per test process) or its module must stay whole; else the test alone,
-    so that the test processes share the work evenly."""
+    so that two test processes share the work evenly."""
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info else []
     if item.path.name in WHOLE or any(d[-1].scope == "module" for d in defs if d):
