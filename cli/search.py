@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from analysis.estimates import training_days
 from cli import hydra_argv
-from suite import paths
+from suite import paths, store
 from suite.config.compose import register, trial_from_cfg
 from suite.config.schema import SearchConfig, Trial
 from suite.config.validate import absent_devices, problems
@@ -110,7 +110,7 @@ def _main(cfg: DictConfig) -> None:
         progress.end(ran.record, summary_line(ran, t))
         return ran
 
-    report = search(base, search_cfg, run)
+    report = search(base, search_cfg, run, stored=lambda t: store.path_for(cfg.store.dir, t.id).exists())
     print(summary(base, report))
     out = Path(cfg.store.dir) / f"search-{base.model.name}-{base.hardware.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

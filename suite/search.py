@@ -251,27 +251,53 @@ def candidates(base: Trial, cfg: SearchConfig, est: Estimator, report: SearchRep
     return out, log_line
 
 
-def search(base: Trial, cfg: SearchConfig, run: Run, est: Estimator | None = None, log=print) -> SearchReport:
+def search(
+    base: Trial,
+    cfg: SearchConfig,
+    run: Run,
+    est: Estimator | None = None,
+    log=print,
+    stored: Callable[[Trial], bool] | None = None,
+) -> SearchReport:
+    """`stored(t)`: whether the store already holds a result of `t`. Once the search stops on
+    predictions, the combinations it did not measure are still read where the store has them (a
+    grid run before, an earlier search): a measurement costs nothing there and beats a prediction."""
     est = est or predictor(base, log)
     report = SearchReport()
     report.pred_error, report.pred_error_source = prediction_error(base, cfg)
     ranked, line = candidates(base, cfg, est, report)
     log(line)
+    stopped, read = None, 0
     for k, (pred, start, t) in enumerate(ranked):
-        if spent(report, cfg):
-            report.stopped = f"trial-time budget of {cfg.budget_s:g} s spent"
-            break
-        why = beaten(report, pred, est, cfg, run, log)
-        if why:
-            report.stopped = f"{why} (next: {methods_label(t)}); {len(ranked) - k} not measured"
-            break
+        if stopped is None and spent(report, cfg):
+            stopped = f"trial-time budget of {cfg.budget_s:g} s spent"
+        if stopped is None:
+            why = beaten(report, pred, est, cfg, run, log)
+            if why:
+                stopped = f"{why} (next: {methods_label(t)}); {len(ranked) - k} not measured"
+        if stopped is not None:
+            read += from_store(report, t, run, stored)
+            continue
         log(f"search: [{k + 1}/{len(ranked)}] {methods_label(t)}, starting at micro-batch {start}")
         try:
             micro_batch_search(t, start, run, report)
         except GaveUp as e:
             report.set_aside.append(str(e))
+    if stopped is not None:
+        report.stopped = stopped + (f" ({read} result(s) of those read from the store)" if read else "")
     confirm(report, cfg, run, log)
     return report
+
+
+def from_store(report: SearchReport, t: Trial, run: Run, stored: Callable[[Trial], bool] | None) -> int:
+    """The results the store holds of combination `t` at any micro-batch, added to the report
+    (`run` serves them from the store, launching nothing); how many."""
+    if stored is None:
+        return 0
+    held = [u for d in divisors(t.per_device_batch or 1) if stored(u := with_methods(t, micro_batch=d))]
+    for u in held:
+        report.add(u, run(u))
+    return len(held)
 
 
 def prediction_error(base: Trial, cfg: SearchConfig) -> tuple[float, str]:

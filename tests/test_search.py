@@ -136,6 +136,36 @@ def test_search_stops_when_no_candidate_can_beat_the_best(tiny):
     assert {r.spec.methods.zero_stage for r in report.records} == {0}
 
 
+def test_a_combination_the_store_holds_is_read_where_its_prediction_would_have_stopped_the_search(tiny):
+    """The predictor puts ZeRO-2 last, but a grid run before measured it fastest: once the search
+    stops on predictions it reads what the store holds (no launch) and names that the best."""
+    base = tiny("hardware.mem_gib=0.45")
+    truth = {0: 1.0, 1: 1.1, 2: 0.8}  # seconds by ZeRO stage; ZeRO-2 predicted at 2.0 s
+    calls: list[int] = []
+    run = scripted(4, lambda t: truth[t.methods.zero_stage], calls)
+    grid = [with_methods(base, zero_stage=2, micro_batch=mb) for mb in (2, 4)]
+    for t in grid:
+        run(t)  # the earlier grid: its results in the store
+    cfg = SearchConfig(
+        engines=["deepspeed"], zero_stages=[0, 1, 2], offloads=["none"], recomputes=["none"], margin=0.03,
+        pred_error=0.0, min_runs=1, max_runs=1,
+    )  # fmt: skip
+    predicted = {0: 1.0, 1: 1.1, 2: 2.0}
+    stored = {t.id for t in grid}.__contains__
+    report = search(
+        base, cfg, run, FixedEstimator(lambda t: predicted[t.methods.zero_stage]), lambda *_: None,
+        stored=lambda t: stored(t.id),
+    )  # fmt: skip
+    assert "no remaining combination can beat" in report.stopped and "2 result(s) of those read" in report.stopped
+    assert report.best.spec.methods.zero_stage == 2 and report.best.step_time_s == pytest.approx(0.8)
+    zero2 = [r for r in report.records if r.spec.methods.zero_stage == 2]
+    assert sorted(r.spec.methods.micro_batch for r in zero2) == [2, 4]
+    assert all(r.n_runs == 1 for r in zero2)  # served as the grid left them: no run launched for them
+    without = search(base, cfg, scripted(4, lambda t: truth[t.methods.zero_stage], []),
+                     FixedEstimator(lambda t: predicted[t.methods.zero_stage]), lambda *_: None)  # fmt: skip
+    assert without.best.spec.methods.zero_stage == 0  # the prediction alone stops short of it
+
+
 def test_search_sets_aside_what_cannot_fit_and_respects_its_budget(tiny):
     base = tiny("hardware.mem_gib=0.01")  # micro-batch 1 (0.1 GiB predicted) exceeds it by far
     cfg = SearchConfig(engines=["deepspeed"], zero_stages=[0, 1], offloads=["none", "optimizer"], recomputes=["none"])
