@@ -15,7 +15,8 @@
    time by `search.margin`. The best one first gets `search.min_runs` runs, so a lucky single
    run cannot end the search; the median, not the interval's high end (at 3 runs, the slowest
    run), keeps one run in a slow spell of a shared machine from prolonging it. Or stop when
-   `search.budget_s` of trial time is spent.
+   `search.budget_s` of trial time is spent. Either way, the combinations left unmeasured are
+   read where the store already holds results of them (`from_store`): those cost nothing.
 5. Confirm (`confirm`): re-measure the best configuration and every one that may tie it until
    they separate or reach `search.max_runs` runs, then name the winner with its interval and
    the configurations statistically tied with it. A tie that no number of runs up to the cap
