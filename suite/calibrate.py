@@ -478,9 +478,7 @@ def reference_trial(t: Trial, engine: dict) -> Trial:
     return calibration_trial(t, engine, "calibration-reference", shape, 4, 128, micro_batch=2, measure=measure)
 
 
-def step_scales(
-    t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: int = REFERENCE_RUNS["full"]
-) -> dict[str, dict[str, float]]:
+def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: int) -> dict[str, dict[str, float]]:
     """Per engine (ZeRO-0 first), the reference trial measured against its prediction from `m`'s
     microbenchmarks alone (scales of 1). The engines run in turn, `rounds_n` rounds, each
     run in fresh workers; each scale is the median over rounds of its value in one round, so

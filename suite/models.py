@@ -241,8 +241,8 @@ class Arch:
 _archs: dict[str, Arch | str] = {}
 
 
-@_serialized
 def _read_arch(m: ModelConfig) -> Arch:
+    """Called under `_TRANSFORMERS` (`_arch_uncached`)."""
     import transformers
 
     cfg = hf_config(m)

@@ -54,6 +54,11 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def micro_batches(t: Trial) -> list[int]:
+    """The micro-batches a search may try for `t`: the divisors of its per-device batch (1 where it has none)."""
+    return divisors(t.per_device_batch) if t.per_device_batch > 0 else [1]
+
+
 def with_methods(t: Trial, **changes: Any) -> Trial:
     return replace(t, methods=replace(t.methods, **changes))
 
@@ -223,7 +228,7 @@ def candidates(base: Trial, cfg: SearchConfig, est: Estimator, report: SearchRep
     """The valid combinations the predictor does not rule out, fastest predicted first:
     (predicted s/step, the largest micro-batch predicted to fit, trial); and a line saying so."""
     capacity = base.hardware.mem_gib or math.inf
-    divs = divisors(base.per_device_batch) if base.per_device_batch > 0 else [1]
+    divs = micro_batches(base)
     out = []
     for t in combinations(base, cfg):
         t = with_methods(t, micro_batch=divs[0])
@@ -295,7 +300,7 @@ def from_store(report: SearchReport, t: Trial, run: Run, stored: Callable[[Trial
     (`run` serves them from the store, launching nothing); how many."""
     if stored is None:
         return 0
-    held = [u for d in divisors(t.per_device_batch or 1) if stored(u := with_methods(t, micro_batch=d))]
+    held = [u for d in micro_batches(t) if stored(u := with_methods(t, micro_batch=d))]
     for u in held:
         report.add(u, run(u))
     return len(held)
