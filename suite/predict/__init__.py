@@ -174,16 +174,18 @@ class Predictor:
         matmuls and attention, which is what selective recomputation keeps (torch.compile's
         partitioner recomputes the pointwise operators between them); with its loss fused
         (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`trace._FusedCrossEntropy`);
-        else `tr`'s own."""
-        if t.hardware.device != "cuda":
+        under ZeRO-3 with DeepSpeed's linear, as its worker runs (`trace.LINEARS`); else `tr`'s own."""
+        me = t.methods
+        zero3 = getattr(me, "engine", "deepspeed") == "deepspeed" and me.zero_stage == 3
+        linear = "zero3" if zero3 else "torch"
+        recompute, loss = me.recompute, "model"
+        if t.hardware.device == "cuda":
+            if recompute == "none" and impl.elementwise_fused(me.compile):
+                recompute = "selective"
+            loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
+        if (recompute, loss, linear) == (me.recompute, "model", "torch"):
             return tr
-        recompute = t.methods.recompute
-        if recompute == "none" and impl.elementwise_fused(t.methods.compile):
-            recompute = "selective"
-        loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
-        if (recompute, loss) == (t.methods.recompute, "model"):
-            return tr
-        return traced(t.model, t.methods.attention, recompute, t.precision, loss)
+        return traced(t.model, me.attention, recompute, t.precision, loss, linear)
 
     @staticmethod
     def model_flops(t: Trial) -> float:

@@ -1,7 +1,7 @@
 """Memory per rank of a trial, predicted: the model states each engine keeps, laid out as the
 engine really lays them out, plus the activations traced from the real model.
 
-    timed peak = steady states + max(backward: activations + transients alive with them,
+    timed peak = steady states + max(micro-step: activations + what the engine holds with them,
                                      boundary: gradient-reduction transients,
                                      optimizer step: its transients)
     build peak = what building the model and initialising the engine hold at once
@@ -9,8 +9,14 @@ engine really lays them out, plus the activations traced from the real model.
 `steady` is what stays allocated through every micro-step of the timed window: parameters,
 gradients an engine keeps between micro-steps, fp32 master weights, optimizer moments. The
 activation term comes from `suite.predict.trace` (the micro-step's live bytes beyond the
-model states, at the recipe's micro-batch). Nothing here depends on the architecture: only
-parameter counts (all, per block, the largest) enter.
+model states, at the recipe's micro-batch). What an engine holds during a micro-step changes as
+the backward goes: ZeRO-2 fills its gradient partition, ZeRO-3 and FSDP2 release the parameters
+of the modules done, FSDP2 gathers each unit as the forward and the backward reach it. The trace
+gives the activations at each such moment (`Trace.moments`: the largest live bytes while exactly
+the first k gradients exist, and those of the forward), and the micro-step's peak is the
+largest of activations plus engine at the same moment, not the sum of their separate peaks
+(`_at_peak`). Nothing here depends on the architecture: only parameter counts (all, per block,
+per unit, the order their gradients appear) enter.
 
 Notation: P parameters, N ranks sharing the states (`Trial.devices`), w bytes per element of
 the trial's dtype (2 under bf16/fp16, 4 under fp32), B_r and B_a the reduce and all-gather
@@ -29,23 +35,37 @@ copy 4P (:100), and at the step an fp32 flat copy of the gradients 4P (:286-291)
 DeepSpeed ZeRO-1/2 (`DeepSpeedZeroOptimizer`): the parameters become views of one flat
 buffer wP, flattened while the originals still exist, so 2wP at init (stage_1_and_2.py:432,
 503-507, 889-899); an fp32 master partition 4P/N, a copy even under fp32 (:556-557);
-moments 8P/N. Reduce bucket wB_r allocated at each backward (:3256-3270). ZeRO-1 leaves the
-gradients to autograd until the boundary (wP, :2284-2295), then reduces them through the
-bucket into a partition buffer wP/N (:2175-2187). ZeRO-2 reduces every gradient as it is
-produced (:2289-2291, :1414-1460) into the partition buffer wP/N, which lives through the
-step. At the step the partition's gradients are flattened (wP/N, while the buffer still
-holds them) and converted to fp32 (4P/N; `.to` of the same dtype is no copy) (:3108-3139),
-and the updated parameters all-gathered into the flat buffer in place (:3155-3159).
+moments 8P/N. Rank r owns the elements [r, r+1) x P/N of the flat buffer (:589-590,
+`get_partition_info` :2579-2611), but its gradient buffer `grads_in_partition` holds every
+parameter that overlaps them whole (`copy_grads_in_partition` :2183-2198): S_r elements, up to
+about P on the rank whose partition cuts through a large embedding. Reduce bucket wB_r
+allocated at each backward (:3256-3270). ZeRO-2 reduces every gradient as it is produced
+(:2289-2291, :1414-1460) and copies the rank's own into that buffer as they come; at the end of
+the micro-step's backward it becomes the accumulated gradients (`all_grad_tensors`,
+:1040-1046) and a later micro-step's buffer is added into them (:1042-1045) and freed: from
+the second micro-step of a step on, wS_r accumulated plus the current buffer as it fills (on a
+CPU worker resident as it is written, a fresh mmap of 128 KiB and more; on a GPU allocated
+whole at the first copy). ZeRO-1 leaves the gradients to autograd until the boundary (wP,
+:2284-2295), reduces them there through the bucket and moves the rank's own into the same
+buffer (:2277-2279), and the epilogue clears every p.grad (:1058, 2630-2639), so at the step
+only wS_r of gradients remain. The step (:3013-3160) first takes the gradients' norm, each of
+the partition's pieces converted to fp64 in turn (`get_grad_norm_direct` :2684, utils.py:59-63:
+fp64 where the device has it), then flattens the partition (wP/N, while the buffer still holds
+them) and converts it to fp32 (4P/N; `.to` of the same dtype is no copy) (:3108-3139), and
+all-gathers the updated parameters into the flat buffer in place (:3155-3159). Every rank is
+laid out and the largest peak taken: the worker reports the largest rank's.
 
 DeepSpeed ZeRO-3 (stage3.py): parameter partitions wP/N (partition_parameters.py), whole
 parameters below `stage3_param_persistence_threshold` elements on every rank, an fp32
 master partition 4P/N (a copy, stage3.py:1168-1172), moments 8P/N, a gradient partition
-buffer wP/N (:791-793), the reduce bucket wB_r (:780-784), the partition's gradient
-flattened and converted to fp32 at the step (:2686-2687), and the gathered parameters: a module's parameters
-are released after it runs only if no module within the next `stage3_max_reuse_distance`
-elements (1e9 by default) uses them again (partitioned_param_coordinator.py:634-664), and
-every parameter of the forward is used again in the backward, so up to 1e9 elements (the
-whole model below that size) stay gathered from forward into backward.
+buffer wP/N (:791-793), the reduce bucket wB_r (:780-784), the norm's fp64 copy of each
+parameter's partition in turn (:2457), the partition's gradient flattened and converted to fp32
+at the step (:2686-2687), and the gathered parameters: a module's parameters are released after
+it runs only if no module within the next `stage3_max_reuse_distance` elements (1e9 by
+default) uses them again (partitioned_param_coordinator.py:634-664), and every parameter of the
+forward is used again in the backward, so up to 1e9 elements (the whole model below that size)
+stay gathered from forward into backward, each until its module's backward is done (counted as
+released once its gradient exists; a tied embedding's comes last).
 
 Offload (`offload_optimizer`, ZeRO >= 1): master weights, moments and fp32 gradient
 partitions live in the host's memory (pinned on a GPU); `optimizer+params` (ZeRO-3) moves the
@@ -56,17 +76,25 @@ AdamW, no temporaries) through the window; fp32 gradient shards 4P/N only from t
 reduce-scatter, which makes them unit by unit as it frees the unsharded gradients it reduces
 (_fsdp_collectives.py:605-606, 704-754), to `zero_grad(set_to_none=True)` after the step: none
 exists at the start of a backward, when the activations peak (from the first micro-step on when
-every micro-step reduces); while computing, a unit's parameters
-are gathered whole in the compute dtype, about two units at a time with
-reshard_after_forward, every unit from its forward to its backward without; before the
-boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1, unless gradients are
-reduce-scattered at every micro-step (`methods.reduce_every_micro_step`: one unit's unsharded
+every micro-step reduces). A unit's all-gather writes into one buffer of the whole unit and
+copies it out into the unsharded parameters (`foreach_all_gather`,
+`foreach_all_gather_copy_out`, _fsdp_collectives.py), and the buffer is freed only when the
+next unit's all-gather is issued: gathering a unit holds twice its bytes, and the forward starts
+with the root (embeddings, final norm, head) and the first block so held (measured: a 64k-vocabulary
+root held twice, then the first block's). While computing, a unit's parameters are gathered
+whole in the compute dtype: under reshard_after_forward the root for the forward and again from
+the start of the backward (gathered twice then, with the forward's activations) to its end,
+and about two blocks at a time; without it every unit from its forward to its backward. Before
+the boundary each rank accumulates unsharded fp32 gradients (4P) when gas > 1, unless gradients
+are reduce-scattered at every micro-step (`methods.reduce_every_micro_step`: one unit's unsharded
 gradients at a time). On a GPU the fp32 model is built in the host's memory (not the device's);
 the device holds the shards placed so far and the unit being cut.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from suite.config import Trial
@@ -76,6 +104,11 @@ ALLREDUCE_BUCKET = 500_000_000
 """Elements of ZeRO-0's gradient all-reduce buffer (MEMORY_OPT_ALLREDUCE_SIZE, engine.py:3073)."""
 REUSE_DISTANCE = 1_000_000_000
 """ZeRO-3's stage3_max_reuse_distance default, in elements (zero/config.py:251)."""
+ALIGNMENT = 2
+"""ZeRO-1/2's flat buffer is padded to a multiple of this times N before it is cut into N
+partitions (nccl_start_alignment_factor, stage_1_and_2.py:387, 440-446)."""
+NORM_BYTES = 8
+"""ZeRO's gradient norm converts each gradient to fp64 first (zero/utils.py:59-63)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +125,7 @@ class Layout:
     steady: list[Term] = field(default_factory=list)
     """Allocated through the timed window."""
     backward: list[Term] = field(default_factory=list)
-    """Alive together with the activations (buckets filled during backward)."""
+    """Alive together with the activations at the micro-step's peak."""
     boundary: list[Term] = field(default_factory=list)
     """Alive while gradients are reduced after the boundary backward, activations freed."""
     optimizer: list[Term] = field(default_factory=list)
@@ -101,10 +134,8 @@ class Layout:
     """The peak of building the model and initialising the engine."""
     host: list[Term] = field(default_factory=list)
     """Offloaded to the host's memory (a GPU's host; counted on the device for a CPU worker)."""
-    grads_accumulate: bool = False
-    """Gradients stay in p.grad between micro-steps (counted in `steady`); the first
-    micro-step of a step then holds them as they are produced instead."""
     activations: float = 0.0
+    """The micro-step's live bytes at its peak moment (with `backward`)."""
 
     @staticmethod
     def total(terms: list[Term]) -> float:
@@ -127,33 +158,95 @@ def bytes_per_element(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def _partition_step(part: float, w: int, buffer: list[Term]) -> list[Term]:
-    """The larger of the step's two moments (stage_1_and_2.py:3108-3139): the partition's
-    gradients are flattened (a copy, while the buffer they come from is still held) and
-    converted to fp32 (a copy unless they are fp32 already: `.to` of the same dtype is the
+def _moments(tr: Trace, b: int, held: bool = False) -> list[tuple[int, float]]:
+    """(k, activations) of the micro-step: k gradients exist (k = -1: the forward); `held`: the
+    gradients not counted (the engine holds them). A trace without them (a synthetic one) has
+    its peak at the start and at the end of the backward."""
+    found = tr.moments(b, held)
+    if found:
+        return found
+    act = tr.activation_bytes(b)
+    return [(0, act), (len(tr.param_numels), act)]
+
+
+def _at_peak(
+    lay: Layout,
+    tr: Trace,
+    b: int,
+    engine: Callable[[int], list[Term]],
+    more: Callable[[float], list[tuple[float, list[Term]]]] | None = None,
+    held: bool = False,
+) -> None:
+    """The micro-step's peak moment: activations plus what the engine holds then (`engine(k)`
+    once it has taken the first k gradients, k = -1 in the forward), or one of the
+    `more(activations at the backward's start)` moments (activations, terms) the engine adds; sets
+    `lay.activations` and adds the peak's engine terms to `lay.backward`.
+
+    An engine takes each gradient from autograd once it exists (copies it, reduces it, frees it;
+    releases its parameter): the event that makes the k-th gradient holds it beside what the
+    engine held before (`engine(k - 1)`), the later ones hold what it holds after (`engine(k)`)
+    without it. `held`: the engine holds every gradient from its birth and counts it itself
+    (`engine(k)` beside the activations without them)."""
+    moments = _moments(tr, b)
+    end = next((act for k, act in moments if k == -2), max(act for _, act in moments))
+    moments = [(k, act) for k, act in moments if k != -2]
+    if held:
+        candidates = [(act, engine(k)) for k, act in _moments(tr, b, True) if k != -2]
+    else:
+        born = [(act, engine(k - 1 if k > 0 else k)) for k, act in moments]
+        candidates = born + [(act, engine(k)) for k, act in _moments(tr, b, True) if k > 0]
+    if more is not None:
+        candidates += more(end)
+    act, terms = max(candidates, key=lambda c: c[0] + Layout.total(c[1]))
+    lay.activations = act
+    lay.backward.extend(terms)
+
+
+def _produced(tr: Trace, k: int) -> set[int]:
+    """The parameters whose gradients exist after k of them (none in the forward)."""
+    order = tr.grad_order or tuple(range(len(tr.param_numels)))  # a synthetic trace: module order
+    return set(order[: max(k, 0)])
+
+
+def _partition_step(part: float, w: int, buffer: list[Term], norm: float = 0.0) -> list[Term]:
+    """The largest of the step's moments (stage_1_and_2.py:3013-3139): the norm converts each
+    gradient piece to fp64 in turn (`norm`: the largest, while the buffer holds them all); the
+    partition's gradients are flattened (a copy, while the buffer they come from is still held)
+    and converted to fp32 (a copy unless they are fp32 already: `.to` of the same dtype is the
     tensor itself); then the buffer is freed and AdamW runs on the fp32 gradient."""
     flat = Term("flattened gradient partition", w * part, "stage_1_and_2.py:3110-3117")
     fp32 = [Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:3118")] if w != 4 else []
-    convert = buffer + [flat] + fp32
+    fp64 = [Term("fp64 copy of the largest gradient piece (norm)", norm, "stage_1_and_2.py:2684")] if norm else []
     update = fp32 or [flat]  # every AdamW the worker steps with is fused: one pass, in place
-    return convert if Layout.total(convert) >= Layout.total(update) else update
+    return max((buffer + fp64, buffer + [flat] + fp32, update), key=Layout.total)
 
 
 def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
-    """DeepSpeed ZeRO 0-3 as suite/engines.py sets it up (suite.methods.deepspeed_config)."""
+    """DeepSpeed ZeRO 0-3 as suite/engines.py sets it up (suite.methods.deepspeed_config); ZeRO-1/2
+    at the rank whose peak is largest."""
     z = t.methods.zero_stage
-    lay = Layout(grads_accumulate=z in (0, 1))
-    {0: _zero0, 1: _zero12, 2: _zero12, 3: _zero3}[z](lay, t, tr)
+    if z in (1, 2):
+        return max((_zero12(t, tr, r) for r in range(t.devices)), key=Layout.timed_peak)
+    lay = Layout()
+    (_zero0 if z == 0 else _zero3)(lay, t, tr)
     return lay
 
 
 def _zero0(lay: Layout, t: Trial, tr: Trace) -> None:
     w, p, built = bytes_per_element(t.precision), tr.n_params, _built_bytes(t, tr)
+    b = t.methods.micro_batch
     lay.steady.append(Term("parameters", w * p, "engine.py:2080-2094 (module cast to the training dtype)"))
-    lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", w * p, "engine.py:3084-3095"))
+    if t.gas_measured > 1:
+        lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", w * p, "engine.py:3084-3095"))
+        lay.activations = tr.activation_bytes(b)
+    else:  # born in p.grad during the one backward, after the activations' peak for most models
+        lay.activations = tr.activation_bytes_with_grads(b)
     lay.steady.append(Term("AdamW moments", 8 * p, "torch AdamW / FusedAdam: exp_avg, exp_avg_sq in fp32"))
     flat = min(p, ALLREDUCE_BUCKET)
     lay.boundary.append(Term("all-reduce flat buffer", w * flat, "engine.py:3921-3933 buffered_allreduce_fallback"))
+    if t.gas_measured == 1:
+        lay.boundary.append(Term("gradients (p.grad)", w * p, "engine.py:3084-3095"))
+        lay.optimizer.append(Term("gradients (p.grad)", w * p, "engine.py:3084-3095"))
     lay.build.append(Term("parameters as built", built, "suite/worker.py, suite.models.build"))
     if t.precision != "fp32":
         lay.steady.append(Term("fp32 master weights", 4 * p, "fp16/fused_optimizer.py:100"))
@@ -171,36 +264,93 @@ def _offloads(t: Trial) -> tuple[bool, bool]:
     ), gpu and t.methods.offload == "optimizer+params"
 
 
-def _zero12(lay: Layout, t: Trial, tr: Trace) -> None:
+def zero12_partition(numels: tuple[int, ...], n: int, r: int) -> tuple[list[int], int]:
+    """The parameters (indices) that overlap rank r's partition of ZeRO-1/2's flat buffer, and the
+    largest piece of one of them inside it, in elements (stage_1_and_2.py:440-446, 589-590,
+    `get_partition_info` :2579-2611; one parameter group, no round-robin reordering)."""
+    total = sum(numels)
+    size = math.ceil(total / (ALIGNMENT * n)) * ALIGNMENT  # partition size, elements
+    start, end = r * size, (r + 1) * size
+    owned, largest, at = [], 0, 0
+    for i, x in enumerate(numels):
+        lo, hi = max(at, start), min(at + x, end)
+        if lo < hi:
+            owned.append(i)
+            largest = max(largest, hi - lo)
+        at += x
+    return owned, largest
+
+
+def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     from suite import methods
 
-    w, p, z = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage
-    part, b_r = p / t.devices, methods.bucket_sizes(t)["reduce_bucket_size"]
+    lay = Layout()
+    w, p, z, n = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage, t.devices
+    part, b_r = p / n, methods.bucket_sizes(t)["reduce_bucket_size"]
+    b, gas, cpu = t.methods.micro_batch, t.gas_measured, t.hardware.device == "cpu"
     off_opt, _ = _offloads(t)
+    owned, piece = zero12_partition(tr.param_numels, n, r)
+    whole = w * sum(tr.param_numels[i] for i in owned)
     lay.steady.append(Term("parameters, one flat buffer", w * p, "stage_1_and_2.py:503-507, 889-899"))
     opt_terms = [
         Term("fp32 master partition", 4 * part, "stage_1_and_2.py:556-557"),
         Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq"),
     ]
     (lay.host if off_opt else lay.steady).extend(opt_terms)
-    lay.backward.append(Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270"))
-    buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
-    if z == 1:
-        lay.steady.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
-        lay.boundary += [buffer, Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")]
-    elif t.gas_measured > 1:  # gradients of later micro-steps accumulate into it
-        lay.steady.append(buffer)
-    else:  # allocated by the backward's first reduction, after the activations' peak
-        lay.boundary.append(buffer)
-    if off_opt:
+    bucket = Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")
+    lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
+    lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
+    if off_opt:  # gradients go to the host partition as they are reduced (GPU only)
+        buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
         lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
         lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
         largest = max(tr.param_numels)
         lay.steady.append(Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660"))
-    else:
-        lay.optimizer = _partition_step(part, w, [] if buffer in lay.steady else [buffer])
-    lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
-    lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
+        if z == 1:
+            lay.backward.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
+            lay.boundary += [buffer, bucket]
+        elif gas > 1:  # gradients of later micro-steps accumulate into it
+            lay.steady.append(buffer)
+        else:  # allocated by the backward's first reduction, after the activations' peak
+            lay.boundary.append(buffer)
+        lay.backward.append(bucket)
+        lay.activations = tr.activation_bytes(b)
+        return lay
+    source = "stage_1_and_2.py:2183-2198 (grads_in_partition: the partition's parameters whole)"
+    held = Term("gradients of the partition's parameters, whole", whole, source)
+    if z == 1:
+        if gas > 1:  # p.grad from the first micro-step on: the activations of a later one beside them
+            lay.backward.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
+            lay.activations = tr.activation_bytes(b)
+        else:  # born in p.grad during the one backward
+            lay.activations = tr.activation_bytes_with_grads(b)
+        lay.backward.append(bucket)
+        # Reduced at the boundary: the rank's own moved into grads_in_partition (GPU: allocated
+        # whole at the first; CPU: written one parameter at a time), the others kept to the epilogue.
+        moving = whole if not cpu else w * max((tr.param_numels[i] for i in owned), default=0)
+        lay.boundary += [
+            Term("gradients (p.grad, being reduced)", w * p, "stage_1_and_2.py:958-977, 2277-2279"),
+            Term("gradient partition buffer, being filled", moving, source),
+            bucket,
+        ]
+        lay.optimizer = _partition_step(part, w, [held], NORM_BYTES * piece)
+        return lay
+    # ZeRO-2: reduced as produced; the rank's own copied into this micro-step's buffer.
+    if gas > 1:  # the earlier micro-steps' gradients, accumulated (all_grad_tensors)
+        lay.steady.append(
+            Term("accumulated gradients of the partition's parameters, whole", whole, "stage_1_and_2.py:1040-1046")
+        )
+    own = set(owned)
+
+    def engine(k: int) -> list[Term]:
+        got = [i for i in _produced(tr, k) if i in own]
+        filled = (w * sum(tr.param_numels[i] for i in got)) if cpu else (whole if got else 0.0)
+        return [bucket, Term("this micro-step's gradient partition buffer, as filled", filled, source)]
+
+    _at_peak(lay, tr, b, engine)
+    lay.boundary += [Term("this micro-step's gradient partition buffer", whole, source), bucket]
+    lay.optimizer = _partition_step(part, w, [] if gas > 1 else [held], NORM_BYTES * piece)
+    return lay
 
 
 def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
@@ -227,22 +377,27 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     grads = Term("gradient partition buffer", w * part, "stage3.py:791-793")
     (lay.host if off_opt else lay.steady).append(grads)
     lay.steady.append(Term("reduce bucket", w * buckets.get("reduce_bucket_size", 0), "stage3.py:780-784"))
+
     # A gathered parameter is released only if the modules run within the next
     # max_reuse_distance elements do not use it again; forward's parameters are used again in
-    # backward, so up to that many stay gathered from forward into backward.
-    live = min(sharded, REUSE_DISTANCE)
-    lay.backward.append(
-        Term(
-            "gathered parameters kept for reuse in backward",
-            w * live,
-            "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)",
+    # backward, so up to that many stay gathered from forward into backward, each until its
+    # module's backward is done (its gradient exists).
+    def engine(k: int) -> list[Term]:
+        done = _produced(tr, k)
+        left = sum(x for i, x in enumerate(tr.param_numels) if x >= threshold and i not in done)
+        source = "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)"
+        return [Term("gathered parameters kept for reuse in backward", w * min(left, REUSE_DISTANCE), source)]
+
+    _at_peak(lay, tr, t.methods.micro_batch, engine)
+    if not off_opt:  # the norm's fp64 copies one parameter's partition at a time; then flattened, to fp32
+        fp64 = Term(
+            "fp64 copy of the largest parameter's partition (norm)",
+            NORM_BYTES * max(tr.param_numels) / n,
+            "stage3.py:2457",
         )
-    )
-    if not off_opt:  # flattened, then converted to fp32 (a copy unless fp32 already)
         flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
         fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
-        convert, update = [flat] + fp32, fp32 or [flat]
-        lay.optimizer = convert if Layout.total(convert) >= Layout.total(update) else update
+        lay.optimizer = max(([fp64], [flat] + fp32, fp32 or [flat]), key=Layout.total)
     if t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
@@ -257,7 +412,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     w = bytes_per_element(t.precision)
     p = tr.n_params
     part = p / n
-    lay = Layout(grads_accumulate=False)
+    lay = Layout()
     cpu_offload = me.offload != "none" and t.hardware.device == "cuda"
     shards = [
         Term("fp32 parameter shards", 4 * part, "suite/engines.py (fully_shard, fp32 sharded parameters)"),
@@ -271,21 +426,71 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     (lay.host if cpu_offload else lay.steady if kept else lay.optimizer).append(grad_shards)
     blocks = list(tr.block_numels)
     root = p - sum(blocks)
-    units = blocks + [root]
-    if getattr(me, "reshard_after_forward", True):
-        two = sorted(units)[-2:]
-        lay.backward.append(Term("two units gathered whole", w * sum(two), "suite/engines.py (reshard_after_forward)"))
-    else:
-        lay.backward.append(Term("every unit gathered from forward to backward", w * p, "suite/engines.py"))
-    largest = max(units)
-    if me.reduce_every_micro_step:
-        lay.backward.append(
-            Term("one unit's unsharded gradients, being reduced", 4 * largest, "_fsdp_param_group.py (post_backward)")
-        )
-    elif t.gas_measured > 1:  # reduce-scattered, and freed, by the boundary's backward: never at the step
-        lay.backward.append(
+    first = blocks[0] if blocks else 0
+    largest = max(blocks + [root])
+    resharded = getattr(me, "reshard_after_forward", True)
+    no_sync = t.gas_measured > 1 and not me.reduce_every_micro_step
+    grads: list[Term] = []
+    if no_sync:  # reduce-scattered, and freed, by the boundary's backward: never at the step
+        grads.append(
             Term("unsharded fp32 gradients (no_sync)", 4 * p, "suite/engines.py, _fsdp_collectives.py:605-606")
         )
+    gather = "_fsdp_collectives.py (foreach_all_gather, copy-out; the buffer freed at the next unit's)"
+    units = [(u, x) for u, x in enumerate(blocks)]
+
+    def finished(done: set[int]) -> tuple[set[int], bool]:
+        """The blocks whose backward is done (every gradient of theirs exists), and the root's."""
+        if not tr.unit_of:
+            return set(), False
+        members: dict[int, list[int]] = {}
+        for i, u in enumerate(tr.unit_of):
+            members.setdefault(u, []).append(i)
+        over = {u for u, ids in members.items() if all(i in done for i in ids)}
+        return over - {-1}, -1 in over
+
+    def reducing(done: set[int]) -> list[Term]:
+        """Without no_sync each unit's unsharded gradients live from their birth to the unit's
+        post-backward reduce-scatter (_fsdp_param_group.py post_backward)."""
+        if no_sync:
+            return []
+        source = "_fsdp_param_group.py (post_backward), _fsdp_collectives.py:704-754"
+        if not tr.unit_of:  # a trace without units (synthetic): the largest unit's, reducing every micro-step
+            return (
+                [Term("one unit's unsharded gradients, being reduced", 4 * largest, source)]
+                if me.reduce_every_micro_step
+                else []
+            )
+        blocks_over, root_over = finished(done)
+        live = sum(
+            tr.param_numels[i]
+            for i in done
+            if not (tr.unit_of[i] in blocks_over or (tr.unit_of[i] == -1 and root_over))
+        )
+        return [Term("unsharded gradients of the units not yet reduced", 4 * live, source)]
+
+    def more(forward: float) -> list[tuple[float, list[Term]]]:
+        # The forward's start: the root and the first block, each with its all-gather buffer.
+        start = [Term("root and first block gathered, each with its all-gather buffer", 2 * w * (root + first), gather)]
+        moments = [(0.0, grads + start)]
+        if resharded:  # the root gathered again at the backward's start, with the forward's activations
+            again = Term("root gathered again for the backward, with its all-gather buffer", 2 * w * root, gather)
+            moments.append((forward, grads + [again]))
+        return moments
+
+    def engine(k: int) -> list[Term]:
+        done = _produced(tr, k)
+        over, root_over = finished(done)  # a unit is resharded when its backward is done
+        root_left = 0 if root_over else root
+        if resharded:
+            two = sorted(x for u, x in units if u not in over)[-2:]
+            source = "suite/engines.py (reshard_after_forward)"
+            held = Term("root and about two blocks gathered whole", w * (root_left + sum(two)), source)
+        else:
+            left = root_left + sum(x for u, x in units if u not in over)
+            held = Term("every unit gathered from forward to its backward", w * left, "suite/engines.py")
+        return grads + reducing(done) + [held]
+
+    _at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
     if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
         lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
         lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
@@ -297,15 +502,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
 
 def layout(t: Trial, tr: Trace) -> Layout:
     engine = getattr(t.methods, "engine", "deepspeed")
-    lay = fsdp2_layout(t, tr) if engine == "fsdp2" else deepspeed_layout(t, tr)
-    b = t.methods.micro_batch
-    if lay.grads_accumulate and t.gas_measured == 1:
-        grads = next(x for x in lay.steady if x.name.startswith("gradients"))
-        lay.steady.remove(grads)
-        lay.activations = tr.activation_bytes_with_grads(b)
-    else:
-        lay.activations = tr.activation_bytes(b)
-    return lay
+    return fsdp2_layout(t, tr) if engine == "fsdp2" else deepspeed_layout(t, tr)
 
 
 def _built_bytes(t: Trial, tr: Trace) -> float:

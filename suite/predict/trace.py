@@ -40,6 +40,31 @@ exactly; a direct trace at b = 1, 3 and 8 gives the same peaks and FLOPs (tests)
 cached on disk by model, attention, recomputation, dtype, loss and library versions
 (`SUITE_CACHE_DIR`, default ~/.cache/suite).
 
+Autograd sums the gradients a tensor receives from several uses (a residual stream, tied input
+and output embeddings) in the input buffer of the node that consumes them; the real engine adds
+the second into the first in place when the first is a plain tensor it alone holds
+(torch/csrc/autograd/input_buffer.cpp, `accumulate`: `old_var.add_(var)` if
+`can_accumulate_inplace(old_var)`, else `old_var + var`), which under fake tensors (a tensor
+subclass) it never does. The trace counts such a sum in place where the real engine would: the
+first gradient is no view (`_base` is None: the weight gradient of `F.linear` is a transposed
+view of its matrix multiply, summed out of place for real too) and nothing else holds it (its
+storage dies with the sum). Measured (gemma-shaped model, tied 64k-vocabulary embedding, one CPU
+step): the tied gradient's sum holds three copies of the embedding under `F.linear`, two under
+DeepSpeed ZeRO-3's linear (`linear="zero3"`, below), as traced.
+
+Each gradient's birth is kept too: `grad_order` lists the parameters (by index in
+`param_numels`) in the order their final gradient appears, and `frontier` gives, for every k,
+the upper envelope of the live-bytes lines of the events at which exactly k gradients exist, so
+an engine whose buffers grow as gradients arrive (ZeRO-2's partition, ZeRO-3's released
+parameters; `suite.predict.memory`) is added to the activations at the same moment, not at
+their separate peaks.
+
+Under ZeRO-3 the worker's model runs DeepSpeed's linear: `deepspeed.zero.Init` replaces
+`torch.nn.functional.linear` with `zero3_linear_wrap` for the life of the process
+(runtime/zero/partition_parameters.py:412-419, 603-604), whose weight gradient is a fresh
+matrix multiply (runtime/zero/linear.py:125-130), so a tied weight's two gradients are summed
+in place; such a trial is traced with it (`linear="zero3"`).
+
 A run whose loss is a fused cross-entropy kernel (`loss="fused"`, a causal LM only) is traced
 with that kernel in place of the model's own loss (`_FusedCrossEntropy`): transformers' loss
 upcasts the logits to fp32 and keeps fp32 log-probabilities and two fp32 gradients of them, the
@@ -69,7 +94,7 @@ from torch.utils._pytree import tree_flatten
 from suite.config import ModelConfig
 from suite.store import write_json
 
-FORMAT = 5
+FORMAT = 9
 """Version of the cached trace's layout; a change of it retraces."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
@@ -99,6 +124,9 @@ VIEWS = {
     "aten.narrow",
     "aten.diagonal",
 }
+LINEARS = ("torch", "zero3")
+"""The linear layers' function: torch's `F.linear`, or DeepSpeed ZeRO-3's `zero3_linear_wrap`,
+which replaces it in a ZeRO-3 worker (module docstring)."""
 LOSSES = ("model", "fused")
 """The loss a trace runs: the model's own (transformers', as the worker trains), or a fused
 cross-entropy kernel's (`_FusedCrossEntropy`, as published runs that fuse their loss)."""
@@ -189,14 +217,46 @@ class _Recorder(TorchDispatchMode):
         self.size: list[int] = []  # bytes of each storage, by serial number
         self.created: list[list[int]] = []  # serial numbers of the storages each event created
         self.live = 0
+        self.accumulating = False  # between a backward node's end and the next node's start
+        self.pending: tuple[int, int, int] | None = None  # (event, storage of the first gradient, bytes)
 
     def _free(self, key: int) -> None:
         serial = self.alive.pop(key, None)
         if serial is not None:
             self.live -= self.size[serial]
 
+    def settle(self) -> None:
+        """An input-buffer sum whose first gradient died with it was in place for real: its
+        event held one tensor fewer (module docstring)."""
+        if self.pending is not None:
+            event, key, nbytes = self.pending
+            self.pending = None
+            if key not in self.alive:
+                self.events[event].act -= nbytes
+
+    def watch(self, root) -> None:
+        """Hooks on every node of the backward graph from `root`: ops between a node's end and
+        the next node's start are the engine's input-buffer sums (engine.cpp, evaluate_function:
+        call_function, then InputBuffer::add for each output)."""
+        seen, stack = set(), [root]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            node.register_prehook(self._node_starts)
+            node.register_hook(self._node_ends)
+            stack.extend(f for f, _ in node.next_functions)
+
+    def _node_starts(self, *_):
+        self.accumulating = False
+
+    def _node_ends(self, *_):
+        self.accumulating = True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.settle()
         out = func(*args, **kwargs)
         name = str(func.overloadpacket)
         name = name if name.startswith(("aten.", "prim.")) else f"aten.{name}"
@@ -227,6 +287,11 @@ class _Recorder(TorchDispatchMode):
         allocs = tuple(self.size[s] for s in created)
         self.events.append(_Event(name, self.phase, flops, moved, tuple(int(d) for d in dims), self.live, 0, allocs))
         self.created.append(created)
+        if self.accumulating and func is torch.ops.aten.add.Tensor and len(created) == 1:
+            first = args[0]
+            key = id(first.untyped_storage())
+            if isinstance(first, torch.Tensor) and first._base is None and key in self.alive:
+                self.pending = (len(self.events) - 1, key, self.size[created[0]])
         return out
 
 
@@ -284,6 +349,19 @@ class Trace:
     """The same with every gradient produced so far counted (the first micro-step of a step,
     when gradients accumulate in p.grad and none exist before it)."""
     groups: tuple[OpGroup, ...]
+    grad_order: tuple[int, ...] = ()
+    """Indices (in `param_numels`) of the parameters in the order their gradients appear."""
+    frontier: tuple[tuple[int, float, float], ...] = ()
+    """(k, a, c): the upper envelope of the live-bytes lines of the backward's events at which
+    exactly the first k gradients of `grad_order` exist, for every k, of the forward's events
+    (k = -1) and the backward's first event alone (k = -2: what the forward leaves to it); its
+    maximum is `activation_bytes`."""
+    frontier_held: tuple[tuple[int, float, float], ...] = ()
+    """The same without the gradient an event has just produced: for an engine that holds every
+    gradient from its birth (and counts it), not one that takes it away at once."""
+    unit_of: tuple[int, ...] = ()
+    """Per parameter (as `param_numels`), the repeated block (`block_numels`) it belongs to, or
+    -1 for the rest (the root: embeddings, final norm, head)."""
 
     def activation_bytes(self, b: int) -> float:
         """Peak bytes the micro-step holds beyond parameters, gradients and optimizer state."""
@@ -292,6 +370,15 @@ class Trace:
     def activation_bytes_with_grads(self, b: int) -> float:
         """Peak of the micro-step's activations and the gradients it has produced so far."""
         return max(a + c * b for a, c in self.grads_envelope)
+
+    def moments(self, b: int, held: bool = False) -> list[tuple[int, float]]:
+        """(k, live bytes) at micro-batch `b` for every k of `frontier` (`frontier_held` if
+        `held`): the micro-step's largest activations while exactly k gradients exist (k = -1: in
+        the forward, -2: the backward's first event)."""
+        best: dict[int, float] = {}
+        for k, a, c in self.frontier_held if held else self.frontier:
+            best[k] = max(best.get(k, -float("inf")), a + c * b)
+        return sorted(best.items())
 
     def flops(self, b: int, phase: str | None = None) -> float:
         return sum(g.count * g.flops_at(b) for g in self.groups if phase in (None, g.phase))
@@ -322,6 +409,10 @@ class Trace:
             envelope=tuple(tuple(x) for x in d["envelope"]),
             grads_envelope=tuple(tuple(x) for x in d["grads_envelope"]),
             groups=groups,
+            grad_order=tuple(d.get("grad_order", ())),
+            frontier=tuple(tuple(x) for x in d.get("frontier", ())),
+            frontier_held=tuple(tuple(x) for x in d.get("frontier_held", ())),
+            unit_of=tuple(d.get("unit_of", ())),
         )
 
 
@@ -378,11 +469,12 @@ def _fused_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torc
 
 
 def _run(
-    model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode, loss: str = "model"
-) -> tuple[_Recorder, set[int]]:
+    model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode, loss: str = "model", linear: str = "torch"
+) -> tuple[_Recorder, dict[int, int]]:
     """Forward and backward of one micro-batch, the loss the model's own or fused
-    (`_fused_loss`); the recorder and the serial numbers of the gradients' storages (a gradient
-    ends the step as p.grad)."""
+    (`_fused_loss`), the linear layers torch's or ZeRO-3's (`LINEARS`); the recorder and, by
+    the serial number of each gradient's storage (a gradient ends the step as p.grad), the
+    index of its parameter in `model.parameters()`."""
     from suite import models
 
     for p in model.parameters():
@@ -396,29 +488,52 @@ def _run(
     # transpose) is not an allocation of the step.
     before = [*model.parameters(), *model.buffers(), *inputs.values()]
     rec = _Recorder({id(x.untyped_storage()) for x in before})
-    with fake_mode, _unpacked(), rec:
+    with fake_mode, _unpacked(), _linear(linear), rec:
         out = _fused_loss(model, inputs) if loss == "fused" else model(**inputs).loss
         rec.phase = "backward"
+        rec.watch(out.grad_fn)
         out.backward()
+        rec.settle()
     del out
-    grads = {rec.alive[id(p.grad.untyped_storage())] for p in model.parameters() if p.grad is not None}
+    grads = {rec.alive[id(p.grad.untyped_storage())]: i for i, p in enumerate(model.parameters()) if p.grad is not None}
     return rec, grads
 
 
-def _lines(rec: _Recorder, grads: set[int]) -> tuple[list[int], list[int], list[int]]:
-    """Per event: live bytes excluding gradients, gradient bytes created at that event, and
-    gradient bytes created so far."""
+@contextlib.contextmanager
+def _linear(linear: str):
+    """`torch.nn.functional.linear` as the worker's engine leaves it: torch's own, or ZeRO-3's
+    `zero3_linear_wrap` (partition_parameters.py:412-419)."""
+    if linear == "torch":
+        yield
+        return
+    from deepspeed.runtime.zero.linear import zero3_linear_wrap
+
+    original = torch.nn.functional.linear
+    torch.nn.functional.linear = zero3_linear_wrap
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = original
+
+
+def _lines(rec: _Recorder, grads: dict[int, int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """Per event: live bytes excluding gradients, gradient bytes created at that event,
+    gradient bytes created so far and how many gradients exist; and the parameters' indices in
+    the order their gradients were created."""
     grad_live = 0
-    act, fresh, cum = [], [], []
+    act, fresh, cum, count, order = [], [], [], [], []
     # A gradient's storage is never freed during the step (it ends as p.grad), so the live
     # total minus the gradients created so far is everything else.
     for ev, created in zip(rec.events, rec.created, strict=True):
-        new_grad = sum(rec.size[s] for s in created if s in grads)
+        born = [s for s in created if s in grads]
+        new_grad = sum(rec.size[s] for s in born)
+        order += [grads[s] for s in born]
         grad_live += new_grad
         act.append(ev.act - grad_live)
         fresh.append(new_grad)
         cum.append(grad_live)
-    return act, fresh, cum
+        count.append(len(order))
+    return act, fresh, cum, count, order
 
 
 def _envelope(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -445,9 +560,14 @@ def _envelope(points: list[tuple[float, float]]) -> tuple[tuple[float, float], .
 
 
 def _record(
-    model, m, micro_batch, fake_mode, loss: str = "model"
+    model, m, micro_batch, fake_mode, loss: str = "model", linear: str = "torch"
 ) -> tuple[list[_Event], list[int], list[int], list[int]]:
-    rec, grads = _run(model, m, micro_batch, fake_mode, loss)
+    """Per event: the event, live bytes without gradients, fresh and cumulative gradient bytes."""
+    return _record_full(model, m, micro_batch, fake_mode, loss, linear)[:4]
+
+
+def _record_full(model, m, micro_batch, fake_mode, loss: str = "model", linear: str = "torch"):
+    rec, grads = _run(model, m, micro_batch, fake_mode, loss, linear)
     return (rec.events, *_lines(rec, grads))
 
 
@@ -457,7 +577,9 @@ def _affine(v1: float, v2: float) -> tuple[float, float]:
     return (v1 - c * B1, c)
 
 
-def trace_key(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model") -> str:
+def trace_key(
+    m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model", linear: str = "torch"
+) -> str:
     import transformers
 
     fields = {
@@ -471,6 +593,8 @@ def trace_key(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: 
     }
     if loss != "model":  # the model's own loss keeps the keys (and cached traces) it always had
         fields["loss"] = loss
+    if linear != "torch":
+        fields["linear"] = linear
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
@@ -484,18 +608,23 @@ def cache_dir() -> Path:
 _memo: dict[str, Trace] = {}
 
 
-def traced(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model") -> Trace:
+def traced(
+    m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model", linear: str = "torch"
+) -> Trace:
     """The trace of one micro-step of `m` (cached in memory and on disk).
 
     `attention` flash_attention_2 is traced as sdpa (flash-attn runs on CUDA only; both keep
     O(sequence) memory per head and count the same FLOPs). `loss` "model" is the model's own
-    loss (what the worker runs), "fused" a fused cross-entropy kernel's (causal LMs only)."""
+    loss (what the worker runs), "fused" a fused cross-entropy kernel's (causal LMs only).
+    `linear` "zero3" runs the linear layers as a ZeRO-3 worker does (`LINEARS`)."""
     if loss not in LOSSES:
         raise ValueError(f"loss {loss!r}: allowed {', '.join(LOSSES)}")
+    if linear not in LINEARS:
+        raise ValueError(f"linear {linear!r}: allowed {', '.join(LINEARS)}")
     if loss == "fused" and m.task != "causal-lm":
         raise ValueError(f"loss fused: a fused cross-entropy over next tokens needs a causal-lm, not {m.task}")
     traced_attention = "sdpa" if attention == "flash_attention_2" else attention
-    key = trace_key(m, traced_attention, recompute, dtype, loss)
+    key = trace_key(m, traced_attention, recompute, dtype, loss, linear)
     if key in _memo:
         return _memo[key]
     path = cache_dir() / f"{key}.json"
@@ -505,7 +634,7 @@ def traced(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str
             return _memo[key]
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is traced again
-    t = _trace(m, traced_attention, recompute, dtype, key, loss)
+    t = _trace(m, traced_attention, recompute, dtype, key, loss, linear)
     write_json(path, t.to_dict())
     _memo[key] = t
     return t
@@ -554,20 +683,30 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     return model, fake_mode
 
 
-def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str) -> Trace:
+def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str, linear: str) -> Trace:
     from suite import models
 
     model, fake_mode = build_fake(m, attention, recompute, dtype)
     params = list(model.parameters())
     param_numels = tuple(p.numel() for p in params)
-    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in models.blocks(model))
+    blocks = models.blocks(model)
+    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in blocks)
+    unit = {id(p): i for i, blk in enumerate(blocks) for p in blk.parameters()}
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
-    ev1, act1, fresh1, cum1 = _record(model, m, B1, fake_mode, loss)
-    ev2, act2, fresh2, cum2 = _record(model, m, B2, fake_mode, loss)
+    ev1, act1, fresh1, cum1, k1, order1 = _record_full(model, m, B1, fake_mode, loss, linear)
+    ev2, act2, fresh2, cum2, k2, order2 = _record_full(model, m, B2, fake_mode, loss, linear)
     same = len(ev1) == len(ev2) and all(a.op == b.op and a.phase == b.phase for a, b in zip(ev1, ev2, strict=True))
-    if not same:
+    if not same or k1 != k2 or order1 != order2:
         raise NotAffine(f"{m.name}: the operators of micro-batch {B1} and {B2} differ; it cannot be traced affinely")
     lines = [_affine(a1 + f1, a2 + f2) for a1, f1, a2, f2 in zip(act1, fresh1, act2, fresh2, strict=True)]
+    # The backward's first event: what the forward leaves (its outputs other than the loss freed).
+    ends = min((i for i, ev in enumerate(ev1) if ev.phase == "backward"), default=len(ev1) - 1)
+    by_count: dict[int, list[tuple[float, float]]] = {}
+    held: dict[int, list[tuple[float, float]]] = {}
+    for ev, k, line, a1, a2 in zip(ev1, k1, lines, act1, act2, strict=True):
+        moment = -1 if ev.phase == "forward" else k
+        by_count.setdefault(moment, []).append(line)
+        held.setdefault(moment, []).append(_affine(a1, a2))
     with_grads = [_affine(a1 + g1, a2 + g2) for a1, g1, a2, g2 in zip(act1, cum1, act2, cum2, strict=True)]
     groups: dict[tuple, list] = {}
     for e1, e2 in zip(ev1, ev2, strict=True):
@@ -588,6 +727,11 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str,
         envelope=_envelope(lines),
         grads_envelope=_envelope(with_grads),
         groups=tuple(OpGroup(op, ph, n[0], fl, by, dims, al) for (op, ph, fl, by, dims, al), n in groups.items()),
+        grad_order=tuple(order1),
+        frontier=tuple((k, a, c) for k, ls in sorted(by_count.items()) for a, c in _envelope(ls))
+        + ((-2, *lines[ends]),),
+        frontier_held=tuple((k, a, c) for k, ls in sorted(held.items()) for a, c in _envelope(ls)),
+        unit_of=tuple(unit.get(id(p), -1) for p in params),
     )
 
 
