@@ -2,7 +2,7 @@
 the store has), and score the predictor against every trial; plus a plausibility check of the
 GPU profiles against published well-tuned runs.
 
-    python benchmarks/prediction_accuracy.py                      # calibrate, 5 models x 48 trials, score
+    python benchmarks/prediction_accuracy.py                      # calibrate, 8 models x 48 trials, score
     python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
     python benchmarks/prediction_accuracy.py --repeats 2          # each trial run twice, scored on the median
     python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
@@ -16,8 +16,9 @@ GPU profiles against published well-tuned runs.
 
 Models: pythia-14m, pythia-31m, a Llama-shaped model that is not in conf/ (hidden 384, 6
 layers, 6 heads, 2 key/value heads, vocabulary 32000, intermediate 1024), a Qwen2 of the same
-shape with tied input and output embeddings, and a GPT-2 (hidden 256, 6 layers, 4 heads,
-tied embeddings, learned positions), each over the
+shape with tied input and output embeddings, a GPT-2 (hidden 256, 6 layers, 4 heads,
+tied embeddings, learned positions), and Gemma-shaped ones (hidden 256, 2 layers, 4 heads of
+128, one key/value head, vocabulary 65536: Gemma tied and untied, Gemma-2 tied), each over the
 cpu-grid space and FSDP2 beside it (ZeRO 0-3 and FSDP2's two modes x 2 recomputation x
 micro-batches 1, 2, 4, 8: 48 trials per model) on two CPU workers
 with the recipe shrunk as experiment=cpu-search shrinks it (sequence 128, global batch 16) and
@@ -80,6 +81,32 @@ MODELS = {
         "model.config.n_head=4",
         "model.config.n_inner=1024",
         "model.recipe.precision=fp32",
+    ],
+}
+# Gemma-shaped (one key/value head, head_dim 128 wider than hidden/heads, GeGLU, a 64k vocabulary
+# whose tied embedding is most of the model), its untied twin, and a Gemma-2 (eager attention).
+GEMMA_256 = [
+    "model=tinyllama-1.1b",
+    "model.config.hidden_size=256",
+    "model.config.num_hidden_layers=2",
+    "model.config.num_attention_heads=4",
+    "model.config.num_key_value_heads=1",
+    "+model.config.head_dim=128",
+    "model.config.intermediate_size=768",
+    "model.config.vocab_size=65536",
+    "model.recipe.precision=fp32",
+]
+GEMMA = ["model.model_type=gemma", "+model.config.hidden_act=gelu_pytorch_tanh", *GEMMA_256]
+MODELS |= {
+    "gemma-256": [*GEMMA, "model.name=gemma-256", "+model.config.tie_word_embeddings=true"],
+    "gemma-256-untied": [*GEMMA, "model.name=gemma-256-untied", "+model.config.tie_word_embeddings=false"],
+    "gemma2-256": [
+        "model.model_type=gemma2",
+        "+model.config.hidden_activation=gelu_pytorch_tanh",
+        *GEMMA_256,
+        "model.name=gemma2-256",
+        "+model.config.tie_word_embeddings=true",
+        "methods.attention=eager",  # transformers' Gemma-2 runs no sdpa
     ],
 }
 TINY_GPT2 = ["model.config.n_embd=64", "model.config.n_layer=2", "model.config.n_head=4", "model.config.n_inner=128"]
