@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
+from suite.files import write_json
+
 if TYPE_CHECKING:  # annotations only: models reads the settings it is given
     from suite.config.schema import ModelConfig, Trial
 
@@ -348,8 +350,6 @@ def _load_arch(path: Path) -> Arch | None:
 
 
 def _save_arch(path: Path, a: Arch) -> None:
-    from suite.store import write_json  # suite.store imports this module (through record, metrics)
-
     try:
         write_json(path, dataclasses.asdict(a))
     except OSError:  # a cache that cannot be written costs time, not correctness

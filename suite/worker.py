@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass
 
 from suite.config import Trial
-from suite.store import write_json
+from suite.files import write_json
 
 EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
 # Out-of-memory in an error's text (lower case), where it is not a MemoryError or

@@ -40,8 +40,8 @@ from pathlib import Path
 
 from suite import paths
 from suite.config import Trial
+from suite.files import write_json
 from suite.predict import gpu as gpu_model
-from suite.store import write_json
 
 GIB = 2**30
 MIB = 2**20

@@ -67,7 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
-from suite.store import write_json
+from suite.files import write_json
 
 FORMAT = 5
 """Version of the cached trace's layout; a change of it retraces."""
