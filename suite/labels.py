@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite import models
 from suite.config.schema import Trial
+from suite.models.arch import attention
 
 SHARDINGS = {
     "DDP": "DDP",
@@ -69,7 +69,7 @@ def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     me = t.methods
     parts = [memory_methods_label(t)]
     parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
-    parts.append(models.attention(t))
+    parts.append(attention(t))
     if me.compile:
         parts.append("compile")
     parts += optimizer_label(t)
@@ -100,6 +100,6 @@ def describe(t: Trial) -> str:
     return (
         f"{t.model.name} {t.hardware.name} {sharding_label(t)}"
         f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "
-        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={models.attention(t)}"
+        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={attention(t)}"
         f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"
     )

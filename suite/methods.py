@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from suite import models
 from suite.config import Trial
+from suite.models.arch import shape
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -63,15 +63,15 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
 
 def bucket_elements(t: Trial) -> int:
     """Communication bucket size, sized to the model as Hugging Face's DeepSpeed integration
-    sizes its "auto" buckets (hidden^2, hidden as `suite.models.Shape` reads it). DeepSpeed's
+    sizes its "auto" buckets (hidden^2, hidden as `suite.models.arch.Shape` reads it). DeepSpeed's
     default of 5e8 elements allocates 2 GB (fp32) for a model of any size, so no small model
     would fit a small budget with ZeRO."""
-    h = models.shape(t.model).hidden
+    h = shape(t.model).hidden
     return h * h
 
 
 def bucket_sizes(t: Trial) -> dict[str, int]:
-    n, h = bucket_elements(t), models.shape(t.model).hidden
+    n, h = bucket_elements(t), shape(t.model).hidden
     if t.methods.zero_stage == 3:
         return {
             "reduce_bucket_size": n,

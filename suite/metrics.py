@@ -16,8 +16,8 @@ import statistics
 import time
 from typing import Any
 
-from suite import models
 from suite.config import Trial
+from suite.models.arch import attention
 
 NOISY_CV = 0.05  # a timed window whose step times vary more than 5% is flagged
 
@@ -96,9 +96,9 @@ def rates(
         "samples_per_s": samples_per_step / step_time_s,
         "mfu": None,
         "hfu": None,
-        # What ran, where it differs from what was asked (Trial.precision, suite.models.attention).
+        # What ran, where it differs from what was asked (Trial.precision, suite.models.arch.attention).
         "precision": t.precision,
-        "attention": models.attention(t),
+        "attention": attention(t),
     }
     peak = peak_flops(t)
     if peak:

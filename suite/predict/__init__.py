@@ -187,7 +187,7 @@ class Predictor:
 
     @staticmethod
     def model_flops(t: Trial) -> float:
-        """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
+        """Model FLOPs per sample as MFU counts them: `suite.models.flops.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
         counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
         tr = traced(t.model, t.methods.attention, "none", t.precision)

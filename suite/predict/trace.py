@@ -3,7 +3,7 @@ FLOPs, bytes and shapes of every operator, as functions of the micro-batch.
 
 The model is the one the worker trains (`suite.models.build`, same attention, same
 recomputation through PyTorch's checkpoint per block, same dtype), run forward and backward on
-a batch of the recipe's shape (`suite.models.batch`) under `FakeTensorMode` (built on the meta
+a batch of the recipe's shape (`suite.models.build.batch`) under `FakeTensorMode` (built on the meta
 device, then given fake CPU storage): every operator runs its shape function only, so tracing
 Pythia-12B costs no memory and seconds. A `TorchDispatchMode` under it sees each aten operator
 as it would run for real, forward, backward and the recomputed forward alike, and follows each
@@ -27,7 +27,7 @@ What the trace keeps, per micro-step of `b` samples:
     activation_bytes_with_grads(b)  the same with every gradient produced so far kept: the first
                   micro-step of a step, when gradients are born in p.grad and stay there
     flops(b), bytes(b)  per operator: FLOPs from torch.utils.flop_counter's formulas (the
-                  formulas `suite.models.count_flops` counts with), bytes read and written as
+                  formulas `suite.models.flops.count_flops` counts with), bytes read and written as
                   torch.utils._runtime_estimation.get_num_bytes counts them (a broadcast
                   dimension once)
 
@@ -68,6 +68,10 @@ from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
 from suite.files import write_json
+from suite.models.build import batch as make_batch
+from suite.models.build import build
+from suite.models.flops import count_flops
+from suite.models.recompute import blocks
 
 FORMAT = 5
 """Version of the cached trace's layout; a change of it retraces."""
@@ -274,7 +278,7 @@ class Trace:
     param_numels: tuple[int, ...]
     """Every parameter's element count, in module order."""
     block_numels: tuple[int, ...]
-    """Parameters of each repeated block (`suite.models.blocks`), in order; the rest is the root."""
+    """Parameters of each repeated block (`suite.models.recompute.blocks`), in order; the rest is the root."""
     module_params: tuple[tuple[int, ...], ...]
     """The element counts of the parameters each module owns itself, for every module that owns
     any, in module order: the unit ZeRO-3 gathers."""
@@ -383,14 +387,12 @@ def _run(
     """Forward and backward of one micro-batch, the loss the model's own or fused
     (`_fused_loss`); the recorder and the serial numbers of the gradients' storages (a gradient
     ends the step as p.grad)."""
-    from suite import models
-
     for p in model.parameters():
         p.grad = None
     gen = torch.Generator().manual_seed(0)
     # Floating inputs (pixels) take the model's dtype, as the worker casts them (suite/engines.py).
     dtype = next(model.parameters()).dtype
-    batch = models.batch(m, micro_batch, gen, "cpu")
+    batch = make_batch(m, micro_batch, gen, "cpu")
     inputs = {k: fake_mode.from_tensor(v.to(dtype) if v.is_floating_point() else v) for k, v in batch.items()}
     # Parameters, buffers and inputs exist before the step: a view of one (a weight's
     # transpose) is not an allocation of the step.
@@ -512,10 +514,8 @@ def traced(m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str
 
 
 def model_flops(m: ModelConfig, attention: str) -> float:
-    """Model FLOPs per sample as the worker's MFU counts them (`suite.models.count_flops`,
+    """Model FLOPs per sample as the worker's MFU counts them (`suite.models.flops.count_flops`,
     no recomputation), cached on disk like the traces."""
-    from suite.models import count_flops
-
     key = trace_key(m, attention, "none", "model-flops")
     path = cache_dir() / f"{key}.flops.json"
     if path.exists():
@@ -529,13 +529,12 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     """The worker's model with fake parameters, and the fake mode that holds them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from suite import models
     from suite.methods import DTYPES
 
     # Built on the meta device (transformers' initialisation then costs nothing), then given
     # fake CPU storage of the same shapes and dtypes.
     with torch.device("meta"):
-        model = models.build(m, attention, recompute, dtype=DTYPES[dtype])
+        model = build(m, attention, recompute, dtype=DTYPES[dtype])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     # A weight shared by two modules (tied input and output embeddings) stays one parameter:
     # one copy in memory, one gradient that both uses accumulate into, one optimizer state.
@@ -555,12 +554,10 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
 
 
 def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str) -> Trace:
-    from suite import models
-
     model, fake_mode = build_fake(m, attention, recompute, dtype)
     params = list(model.parameters())
     param_numels = tuple(p.numel() for p in params)
-    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in models.blocks(model))
+    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in blocks(model))
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
     ev1, act1, fresh1, cum1 = _record(model, m, B1, fake_mode, loss)
     ev2, act2, fresh2, cum2 = _record(model, m, B2, fake_mode, loss)
