@@ -199,7 +199,7 @@ def _op_curves(mode: str, dev, sync, barrier) -> dict[str, list[list[float]]]:
     import torch
     from torch.utils._pytree import tree_flatten
 
-    from suite.predict.trace import _bytes
+    from suite.predict.recorder import tensor_bytes as _bytes
 
     out: dict[str, list[list[float]]] = {}
     for n in OP_ELEMENTS[mode]:

@@ -21,7 +21,8 @@ from suite.models.build import batch, build
 from suite.models.flops import count_flops
 from suite.predict import Predictor, memory, timing
 from suite.predict.machine import GIB, datasheet, interpolate, load_calibration
-from suite.predict.trace import B1, B2, Trace, _record, build_fake, traced
+from suite.predict.recorder import build_fake, record
+from suite.predict.trace import B1, B2, Trace, traced
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -41,7 +42,7 @@ def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(
     tr = traced(t.model, "sdpa", "full", "fp32")
     model, fake = build_fake(t.model, "sdpa", "full", "fp32")
     for b in (1, 3, 8):
-        events, act, fresh, cum = _record(model, t.model, b, fake)
+        events, act, fresh, cum = record(model, t.model, b, fake)
         assert tr.activation_bytes(b) == pytest.approx(max(a + f for a, f in zip(act, fresh, strict=True)))
         assert tr.activation_bytes_with_grads(b) == pytest.approx(max(a + g for a, g in zip(act, cum, strict=True)))
         assert tr.flops(b) == pytest.approx(sum(e.flops for e in events))

@@ -65,7 +65,8 @@ from suite.predict import gpu
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale, loop_sync
 from suite.predict.memory import bytes_per_element
-from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
+from suite.predict.operators import ATTENTION_PREFIX, MATMULS, VIEWS
+from suite.predict.trace import Trace
 
 COLLECTIVE_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
