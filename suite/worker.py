@@ -241,9 +241,11 @@ def probe_speed(device, sync) -> float | None:
     import torch
     import torch.distributed as dist
 
+    from suite.microbench import speed_probe  # deferred with torch, as in every function here
+
     dist.barrier()
     try:
-        speed = metrics.speed_probe(device, sync)
+        speed = speed_probe(device, sync)
     except RuntimeError:  # out of memory (torch.OutOfMemoryError is one)
         speed = -1.0
     probe = torch.tensor([speed], dtype=torch.float64, device=device)
