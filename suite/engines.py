@@ -122,7 +122,7 @@ class DeepSpeed:
             skip_shm_comm()  # before init_distributed, which would build and load them
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
         self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas)
-        self.dtype = methods.DTYPES[t.precision]
+        self.dtype = methods.torch_dtype(t.precision)
 
     def build(self) -> None:
         import deepspeed
@@ -141,7 +141,7 @@ class DeepSpeed:
         # (engine.py:2080-2088, buffers keep theirs); ZeRO-3's zero.Init places each partition.
         where = contextlib.nullcontext() if me.zero_stage == 3 else self.device
         with where:
-            model = build_model(t.model, me.attention, me.recompute, dtype=methods.DTYPES[t.precision])
+            model = build_model(t.model, me.attention, me.recompute, dtype=methods.torch_dtype(t.precision))
         # methods.optimizer=torch_fused: no optimizer section in the config, torch's handed in.
         handed = methods.torch_adamw(t, model.parameters()) if me.optimizer == "torch_fused" else None
         self.engine, *_ = deepspeed.initialize(

@@ -139,4 +139,3 @@ def memory(per_rank: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
             "build_peak_reserved_gib": None,
         }
     return {**device, "host_peak_gib": top("host_peak_gib")}
-

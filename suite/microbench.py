@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-from suite.methods import DTYPES
+from suite.methods import torch_dtype
 from suite.ops import preload_built_ops
 from suite.predict.recorder import tensor_bytes
 
@@ -87,7 +87,7 @@ def speed_probe(dev, sync) -> float:
     not taken for an error of the model: a shared machine's speed drifts by tens of percent
     over hours."""
     side, dtype = PROBE[dev.type]
-    a, b = (torch.randn(side, side, device=dev, dtype=DTYPES[dtype]) for _ in range(2))
+    a, b = (torch.randn(side, side, device=dev, dtype=torch_dtype(dtype)) for _ in range(2))
     return 2 * side**3 / best_time(lambda: torch.mm(a, b), sync, min_s=0.1)
 
 
@@ -114,17 +114,18 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
         for m in sides:
             for n in sides:
                 for k in sides:
-                    a = torch.randn(m, k, device=dev, dtype=DTYPES[dtype])
-                    b = torch.randn(k, n, device=dev, dtype=DTYPES[dtype])
+                    a = torch.randn(m, k, device=dev, dtype=torch_dtype(dtype))
+                    b = torch.randn(k, n, device=dev, dtype=torch_dtype(dtype))
                     barrier()
                     s = best_time(lambda a=a, b=b: torch.mm(a, b), sync)
                     rows.append([m, n, k, 2 * m * n * k / s])
         out["matmul"][dtype] = rows
     seqs, dims = ATTENTION[mode]
+    attention_dtype = torch_dtype(dtypes[0])
     for s in seqs:
         for d in dims:
             shape = (1, 8, s, d)
-            q, k, v = (torch.randn(shape, device=dev, dtype=DTYPES[dtypes[0]], requires_grad=True) for _ in range(3))
+            q, k, v = (torch.randn(shape, device=dev, dtype=attention_dtype, requires_grad=True) for _ in range(3))
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             g = torch.randn_like(o)
             barrier()
@@ -286,7 +287,7 @@ def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
     params = [torch.nn.Parameter(torch.randn(n // 16, device=dev)) for _ in range(16)]
     for p in params:
         p.grad = torch.randn_like(p)
-    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam  # deferred: seconds to import; a calibration's alone
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam  # deferred: seconds to import, not for the probe
 
     makers = {
         "torch": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True),

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from suite import paths
 from suite.config import Trial
+from suite.metrics import peak_flops
 from suite.predict import memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
@@ -86,8 +87,6 @@ class Prediction:
     time_detail: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -112,8 +111,6 @@ class Predictor:
     def predict(self, t: Trial, impl: Implementation = SUITE) -> Prediction:
         """`t` predicted; on a GPU as `impl` runs it (the suite's own code by default, or a
         published run's implementation: `suite.predict.gpu.Implementation`)."""
-        from suite.metrics import peak_flops
-
         m = self.machine(t)
         me = t.methods
         tr = traced(t.model, me.attention, me.recompute, t.precision)

@@ -39,7 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from suite.config import ModelConfig
-from suite.methods import DTYPES
+from suite.methods import torch_dtype
 from suite.models.build import batch as make_batch
 from suite.models.build import build
 from suite.predict.operators import ATTENTION_PREFIX, MATMULS, METADATA, VIEWS
@@ -278,7 +278,7 @@ def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
     # Built on the meta device (transformers' initialisation then costs nothing), then given
     # fake CPU storage of the same shapes and dtypes.
     with torch.device("meta"):
-        model = build(m, attention, recompute, dtype=DTYPES[dtype])
+        model = build(m, attention, recompute, dtype=torch_dtype(dtype))
     fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
     # A weight shared by two modules (tied input and output embeddings) stays one parameter:
     # one copy in memory, one gradient that both uses accumulate into, one optimizer state.
