@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from suite import paths
-from suite.config.schema import Config, Trial
+from suite.config.schema import Config, HardwareConfig, Trial
 from suite.models.config import inline
 
 _HYDRA = threading.Lock()
@@ -194,8 +194,6 @@ def with_hardware(cfg: Any, gpu: str, count: int) -> Any:
 def _hardware_node(name: str, stamp: tuple):
     """conf/hardware/<name>.yaml merged into the hardware schema, read once per `stamp`
     (callers copy it before changing it)."""
-    from suite.config.schema import HardwareConfig
-
     return OmegaConf.merge(OmegaConf.structured(for_hydra(HardwareConfig)), _hardware_file(name))
 
 
