@@ -44,9 +44,9 @@ import pandas as pd
 from analysis import ReportError
 from suite import paths
 from suite.config import Trial
+from suite.files import write_json
 from suite.labels import budget_label, sharding_label
 from suite.record import SCHEMAS, Record
-from suite.store import write_json
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
 QUANTITIES = (

@@ -52,9 +52,9 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
-from suite import models
 from suite.config import Trial
 from suite.labels import budget_label, config_label, memory_methods_label, recipe_label, sharding_label
+from suite.models.arch import attention
 from suite.record import OUTCOMES, SCHEMAS, Record
 
 NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
@@ -228,7 +228,7 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,
         "gas": gas,
-        "attention": models.attention(t),
+        "attention": attention(t),
         "compile": me.compile,
         "config": config_label(t, gas, m.get("kernel_path")),
         "memory_methods": memory_methods_label(t),

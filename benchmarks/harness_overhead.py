@@ -39,18 +39,18 @@ def bare(spec: str) -> None:
     """The comparison loop, run in its own process: nothing but PyTorch."""
     import torch
 
-    from suite import models
     from suite.config import Trial
+    from suite.models.build import batch, build
 
     t = Trial.from_dict(json.loads(spec))
     torch.manual_seed(t.measure.seed)
-    model = models.build(t.model, t.methods.attention, t.methods.recompute)
+    model = build(t.model, t.methods.attention, t.methods.recompute)
     r = t.model.recipe
     opt = torch.optim.AdamW(
         model.parameters(), lr=r.lr, betas=tuple(r.betas), weight_decay=r.weight_decay, foreach=True
     )
     gen = torch.Generator().manual_seed(t.measure.seed)
-    pool = [models.batch(t.model, t.methods.micro_batch, gen, "cpu") for _ in range(2)]
+    pool = [batch(t.model, t.methods.micro_batch, gen, "cpu") for _ in range(2)]
     times = []
     for step in range(t.measure.warmup_steps + t.measure.timed_steps):
         t0 = time.perf_counter()

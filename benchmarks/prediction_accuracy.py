@@ -381,8 +381,8 @@ def main() -> None:
         return
     from analysis.accuracy import render, score, summary
     from suite import paths
+    from suite.files import write_json
     from suite.record import provenance
-    from suite.store import write_json
 
     out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
     if not args.plausibility:

@@ -438,7 +438,7 @@ def render(s: dict) -> str:
 
 def publish(s: dict, recs: list[dict]) -> Path:
     """results/accuracy/cuda-published.json: what `suite.predict.published_error("cuda")` reads."""
-    from suite.store import write_json
+    from suite.files import write_json
 
     o = s["overall"]
     body = {

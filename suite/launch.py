@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.config import Trial
-from suite.store import write_json
+from suite.files import write_json
 
 GRACE_S = 1.0  # after one rank fails, how long its peers may take to report their own cause
 REPORT_POLL_S = 0.5  # how often a multi-node launcher looks for its peers' reports (a network filesystem)

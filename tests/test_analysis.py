@@ -331,8 +331,8 @@ TRAIN = """
 import json, sys
 import deepspeed, torch
 from deepspeed.runtime.config import DeepSpeedConfig
-from suite import models
 from suite.config import Trial
+from suite.models.build import batch, build
 from suite.ops import preload_built_ops, skip_shm_comm
 
 trial = Trial.from_dict(json.load(open(sys.argv[1])))
@@ -341,12 +341,12 @@ preload_built_ops()  # the ops scripts/setup.sh built, as a worker loads them
 skip_shm_comm()
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
-model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)
+model = build(trial.model, trial.methods.attention, trial.methods.recompute)
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)  # its optimizer
 gen = torch.Generator().manual_seed(0)
 losses = []
 for _ in range(2 * cfg["gradient_accumulation_steps"]):
-    loss = engine(**models.batch(trial.model, cfg["train_micro_batch_size_per_gpu"], gen, "cpu")).loss
+    loss = engine(**batch(trial.model, cfg["train_micro_batch_size_per_gpu"], gen, "cpu")).loss
     engine.backward(loss)
     engine.step()
     losses.append(loss.item())

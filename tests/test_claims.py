@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, make_trial
 
-from suite import store
+from suite import files, store
 from suite.runner import run_one
 
 HOLD = """
@@ -68,7 +68,7 @@ def _write_many(d: str, writer: int) -> None:
     for i in range(30):
         # Half the ids are shared by every writer, half are this writer's own.
         tid = f"shared{i % 5}" if i % 2 else f"w{writer}-{i}"
-        store.write_json(store.path_for(d, tid), {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
+        files.write_json(store.path_for(d, tid), {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
 
 
 def test_concurrent_writers_leave_one_whole_file_per_trial(tmp_path):

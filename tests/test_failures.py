@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TINY, make_trial
 
-from suite import launch, store
+from suite import files, launch
 from suite.worker import NonFiniteLoss, classify
 
 # Real texts (sources in suite/worker.py's OOM_MARKERS), each as its library raises it.
@@ -109,7 +109,7 @@ def wait_on_node(node: int, out: str, reports: dict[str, dict]) -> tuple[launch.
     folder `out` (name -> report): its outcome, how long it waited, and its ranks."""
     t = make_trial(TINY + ["hardware=cpu-x1", "cluster.nodes=2", "measure.timeout_s=300"])
     for name, report in reports.items():
-        store.write_json(f"{out}/{name}.json", report)
+        files.write_json(f"{out}/{name}.json", report)
     procs = sleepers(1)
     start = time.monotonic()
     o = launch._wait(t, procs, out, start, launch.Node(rank=node))

@@ -15,6 +15,7 @@ from conftest import FSDP2, TINY, make_trial, measured_all
 
 from suite.config import compose
 from suite.config.validate import problems
+from suite.models.arch import attentions, shape
 from suite.predict import Predictor, gpu
 from suite.predict.timing import Network
 from suite.predict.trace import traced
@@ -42,9 +43,7 @@ def _hardware(name: str):
 
 
 def _attends(t) -> bool:
-    from suite import models
-
-    return t.unit == "token" and bool(models.attentions(t.model))
+    return t.unit == "token" and bool(attentions(t.model))
 
 
 SHIPPED = [m for m in compose.options("model") if m not in ("hf", "mamba-2.8b")]
@@ -121,13 +120,11 @@ def test_a_fused_loss_keeps_no_fp32_copy_of_the_logits():
     without transformers' fp32 log-probabilities and their fp32 gradient: at a large vocabulary
     and micro-batch, where the loss's backward is the peak, two fp32 copies of the logits less;
     an implementation that does not fuse its loss is predicted exactly as the suite's trial."""
-    from suite import models
-
     t = compose.trial(
         ["model=pythia-14m", "hardware=a100-80gb", "model.recipe.seq_len=512", "model.recipe.global_batch=64"]
         + ["methods.micro_batch=16"]
     )
-    logits = 16 * 512 * models.shape(t.model).vocab
+    logits = 16 * 512 * shape(t.model).vocab
     unfused = gpu.Implementation(name="unfused loss", fused=frozenset({"attention", "norm"}))
     fused = gpu.Implementation(name="fused loss", fused=frozenset({"attention", "norm", "loss"}))
     suite, same, less = (Predictor().predict(t, impl) for impl in (gpu.SUITE, unfused, fused))

@@ -17,9 +17,12 @@ import pytest
 import torch
 
 from suite.config import Trial
+from suite.models.build import batch, build
+from suite.models.flops import count_flops
 from suite.predict import Predictor, memory, timing
 from suite.predict.machine import GIB, datasheet, interpolate, load_calibration
-from suite.predict.trace import B1, B2, Trace, _record, build_fake, traced
+from suite.predict.recorder import build_fake, record
+from suite.predict.trace import B1, B2, Trace, traced
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -32,16 +35,14 @@ def _isolated(tmp_path_factory, monkeypatch):
 
 def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(tiny):
     """Traced at two micro-batches, the trace predicts a third exactly (memory and FLOPs), and
-    its FLOPs are those FlopCounterMode counts (suite.models.count_flops) within 2%: that one
+    its FLOPs are those FlopCounterMode counts (suite.models.flops.count_flops) within 2%: that one
     decomposes CPU flash attention into matrix multiplies, whose backward does not recompute
     the attention scores as the fused kernel does (one matmul of s x s x d less per layer)."""
-    from suite.models import count_flops
-
     t = tiny()
     tr = traced(t.model, "sdpa", "full", "fp32")
     model, fake = build_fake(t.model, "sdpa", "full", "fp32")
     for b in (1, 3, 8):
-        events, act, fresh, cum = _record(model, t.model, b, fake)
+        events, act, fresh, cum = record(model, t.model, b, fake)
         assert tr.activation_bytes(b) == pytest.approx(max(a + f for a, f in zip(act, fresh, strict=True)))
         assert tr.activation_bytes_with_grads(b) == pytest.approx(max(a + g for a, g in zip(act, cum, strict=True)))
         assert tr.flops(b) == pytest.approx(sum(e.flops for e in events))
@@ -61,8 +62,6 @@ def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
     """The fake trace's activation peak is what a real CPU forward and backward allocates,
     counted by glibc itself (mallinfo2) in the second step (the steady state)."""
     import ctypes
-
-    from suite import models
 
     class MallInfo(ctypes.Structure):
         _fields_ = [
@@ -89,8 +88,8 @@ def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
         return m.uordblks + m.hblkhd
 
     t = tiny()
-    model = models.build(t.model, "sdpa", "none")
-    inputs = models.batch(t.model, 4, torch.Generator().manual_seed(0), "cpu")
+    model = build(t.model, "sdpa", "none")
+    inputs = batch(t.model, 4, torch.Generator().manual_seed(0), "cpu")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Peak(TorchDispatchMode):

@@ -85,7 +85,7 @@ class ModelConfig:
     """transformers model type (gpt_neox, llama, mamba, convnext, ...); may be left empty with `hf_config`."""
     hf_config: str = ""
     """A local config.json (or a folder holding one) to start from; never a Hub id. A trial
-    keeps the file's fields in `config` (see `suite.models.inline`), so its record stands alone."""
+    keeps the file's fields in `config` (see `suite.models.config.inline`), so its record stands alone."""
     config: dict[str, Any] = field(default_factory=dict)
     """transformers config fields, with transformers' names; over `hf_config` where both give one."""
     source: str = ""
@@ -153,12 +153,12 @@ class MethodsConfig:
     recompute: Recompute = "none"
     """Activation recomputation: none, full (every block keeps only its input) or selective (every
     block keeps its matmuls' and attention's outputs and recomputes the rest: PyTorch's selective
-    activation checkpointing, Korthikanti et al. 2022); `suite.models.apply_recompute`."""
+    activation checkpointing, Korthikanti et al. 2022); `suite.models.recompute.apply_recompute`."""
     micro_batch: int = 1
     """Samples per device per micro-step; gradient accumulation keeps the global batch."""
     attention: Attention = "sdpa"
     """eager, sdpa or flash_attention_2, where the model class supports it. A model without
-    attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`suite.models.attention`)."""
+    attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`suite.models.arch.attention`)."""
     compile: bool = False
     optimizer: Optimizer = "engine"
     """AdamW as the engine's own: DeepSpeed's FusedAdam (its CPU Adam under offload), torch's fused

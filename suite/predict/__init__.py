@@ -3,14 +3,17 @@
     p = Predictor().predict(trial)     # a Prediction: peaks, fit, step and its parts, sources
     Predictor().estimate(trial)        # the search's interface (Estimator): GiB to fit, s/step
 
-Four modules, one concern each:
+A module per concern:
 
-    trace.py    one micro-step of the real model under fake tensors: activations, FLOPs,
-                bytes and shapes of every operator, affine in the micro-batch
+    trace.py    one micro-step of the real model: activations, FLOPs, bytes and shapes of every
+                operator, affine in the micro-batch, cached on disk
+    recorder.py the micro-step run under fake tensors, each operator recorded (torch)
+    operators.py  the classes of aten operators the trace records and the timing prices
     memory.py   the engine's model states as it lays them out (DeepSpeed ZeRO 0-3, offload,
                 FSDP2), with their sources; peaks of the build and of the timed window
     timing.py   the step's parts under a roofline, collectives and the optimizer
-    machine.py  the hardware's constants: datasheet (GPU) or calibration (`calibrate.py`)
+    machine.py  the hardware's constants: datasheet (GPU) or calibration (`suite.calibrate`)
+    gpu.py      GPU efficiencies by architecture, and published runs' implementations
 
 What a prediction reports, and how it compares with what the worker measures:
 
@@ -33,15 +36,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from suite import paths
 from suite.config import Trial
+from suite.metrics import peak_flops
 from suite.predict import memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
-from suite.predict.trace import ATTENTION_PREFIX, model_flops, traced
+from suite.predict.operators import ATTENTION_PREFIX
+from suite.predict.trace import model_flops, traced
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,6 @@ class Prediction:
     time_detail: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -108,8 +111,6 @@ class Predictor:
     def predict(self, t: Trial, impl: Implementation = SUITE) -> Prediction:
         """`t` predicted; on a GPU as `impl` runs it (the suite's own code by default, or a
         published run's implementation: `suite.predict.gpu.Implementation`)."""
-        from suite.metrics import peak_flops
-
         m = self.machine(t)
         me = t.methods
         tr = traced(t.model, me.attention, me.recompute, t.precision)
@@ -173,7 +174,7 @@ class Predictor:
         hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
         matmuls and attention, which is what selective recomputation keeps (torch.compile's
         partitioner recomputes the pointwise operators between them); with its loss fused
-        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`trace._FusedCrossEntropy`);
+        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`recorder._FusedCrossEntropy`);
         else `tr`'s own."""
         if t.hardware.device != "cuda":
             return tr
@@ -187,7 +188,7 @@ class Predictor:
 
     @staticmethod
     def model_flops(t: Trial) -> float:
-        """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
+        """Model FLOPs per sample as MFU counts them: `suite.models.flops.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
         counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
         tr = traced(t.model, t.methods.attention, "none", t.precision)

@@ -14,7 +14,7 @@ matmul rates on H100 (sm_90), where it explains the fall-off with size within 10
 
 Fused attention (SDPA's flash backend, flash-attn 2, FlashAttention v1, the Triton kernel)
 runs at its measured forward+backward rate by sequence and head dimension, as a fraction of the
-peak (the FlashAttention-2 paper's figures, in causal-halved FLOPs as `suite.models` counts them).
+peak (the FlashAttention-2 paper's figures, in causal-halved FLOPs as `suite.models.flops` counts them).
 
 `Implementation` is how a training run's code runs those kernels: the suite's own trial
 (Hugging Face transformers, eager or compiled) or a published run's (fused norms, activations

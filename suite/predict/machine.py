@@ -32,6 +32,7 @@ A GPU host's CPU Adam (offload) has no datasheet: it is this machine's, if calib
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import socket
@@ -40,8 +41,8 @@ from pathlib import Path
 
 from suite import paths
 from suite.config import Trial
+from suite.files import write_json
 from suite.predict import gpu as gpu_model
-from suite.store import write_json
 
 GIB = 2**30
 MIB = 2**20
@@ -50,12 +51,6 @@ NCCL_BASE_LATENCY_S = 8.4e-6
 NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
 CUDA_CONTEXT_BYTES = 287_047_680
 NCCL_BUFFSIZE = 4 * MIB
-
-
-@dataclass(frozen=True)
-class Constant:
-    value: float
-    source: str
 
 
 @dataclass
@@ -222,7 +217,7 @@ def host_calibrations() -> list[Machine]:
 
 def engine_key(methods) -> str:
     """The engine a trial runs, as calibrations key what they measure per engine."""
-    return "fsdp2" if getattr(methods, "engine", "deepspeed") == "fsdp2" else f"zero{methods.zero_stage}"
+    return "fsdp2" if methods.engine == "fsdp2" else f"zero{methods.zero_stage}"
 
 
 def loop_scale(m: Machine, methods, part: str) -> float:
@@ -288,8 +283,6 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
 def interpolate(points: list[list[float]], query: tuple[float, ...]) -> float:
     """Multilinear interpolation, in log2 of every coordinate and of the value, over measured
     points [x1, .., xk, value] that form a full grid; clamped to the grid's range."""
-    import itertools
-
     k = len(query)
     axes = [sorted({p[i] for p in points}) for i in range(k)]
     table = {tuple(p[:k]): p[k] for p in points}

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from suite import methods
 from suite.config import Trial
 from suite.predict.trace import Trace
 
@@ -172,8 +173,6 @@ def _offloads(t: Trial) -> tuple[bool, bool]:
 
 
 def _zero12(lay: Layout, t: Trial, tr: Trace) -> None:
-    from suite import methods
-
     w, p, z = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage
     part, b_r = p / t.devices, methods.bucket_sizes(t)["reduce_bucket_size"]
     off_opt, _ = _offloads(t)
@@ -204,8 +203,6 @@ def _zero12(lay: Layout, t: Trial, tr: Trace) -> None:
 
 
 def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
-    from suite import methods
-
     w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
     part, buckets = p / n, methods.bucket_sizes(t)
     off_opt, off_par = _offloads(t)
@@ -272,7 +269,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     blocks = list(tr.block_numels)
     root = p - sum(blocks)
     units = blocks + [root]
-    if getattr(me, "reshard_after_forward", True):
+    if methods.reshards_after_forward(me):
         two = sorted(units)[-2:]
         lay.backward.append(Term("two units gathered whole", w * sum(two), "suite/engines.py (reshard_after_forward)"))
     else:
@@ -296,8 +293,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
 
 
 def layout(t: Trial, tr: Trace) -> Layout:
-    engine = getattr(t.methods, "engine", "deepspeed")
-    lay = fsdp2_layout(t, tr) if engine == "fsdp2" else deepspeed_layout(t, tr)
+    lay = fsdp2_layout(t, tr) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr)
     b = t.methods.micro_batch
     if lay.grads_accumulate and t.gas_measured == 1:
         grads = next(x for x in lay.steady if x.name.startswith("gradients"))

@@ -60,12 +60,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from suite import methods
 from suite.config import Trial
 from suite.predict import gpu
 from suite.predict.gpu import SUITE, Implementation
-from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale, loop_sync
-from suite.predict.memory import bytes_per_element
-from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
+from suite.predict.machine import (
+    NCCL_STEP_LATENCY_S,
+    Machine,
+    host_calibrations,
+    interpolate,
+    loop_scale,
+    loop_sync,
+)
+from suite.predict.memory import REUSE_DISTANCE, bytes_per_element
+from suite.predict.operators import ATTENTION_PREFIX, MATMULS, VIEWS
+from suite.predict.trace import Trace
 
 COLLECTIVE_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
@@ -299,8 +308,6 @@ def _ddp(c: _Comm) -> Traffic:
 
 def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
     """ZeRO-1 reduces its buckets at the boundary, ZeRO-2 at every micro-step."""
-    from suite import methods
-
     w, p, numels = bytes_per_element(c.t.precision), c.tr.n_params, c.tr.param_numels
     bucket = methods.bucket_sizes(c.t)["reduce_bucket_size"]
     flushes = bucket_flushes(list(reversed(numels)), bucket)  # backward produces gradients last layer first
@@ -315,9 +322,6 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float], host: float = 0.0
     distance let go), gradients reduce-scattered in buckets at every micro-step. On a GPU the
     engine's hooks add `gpu.ZERO3_HOOK_S` of host time per collective to the host's dispatch
     (`host`), and the micro-step lasts the longer of the host's time and the GPU's."""
-    from suite import methods
-    from suite.predict.memory import REUSE_DISTANCE
-
     w = bytes_per_element(c.t.precision)
     buckets = methods.bucket_sizes(c.t)
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
@@ -358,8 +362,8 @@ def _fsdp2(c: _Comm, fwd: float, bwd: float, reduce_bytes: int) -> Traffic:
     w, p, n, cuda = bytes_per_element(c.t.precision), c.tr.n_params, c.t.devices, c.m.kind == "cuda"
     root = p - sum(c.tr.block_numels)
     units = [root, *c.tr.block_numels]
-    reshard = getattr(c.t.methods, "reshard_after_forward", True)
-    every = getattr(c.t.methods, "reduce_every_micro_step", False)
+    reshard = methods.reshards_after_forward(c.t.methods)
+    every = c.t.methods.reduce_every_micro_step
     gather = [c.coll("all_gather", [w * u]) + c.fresh([w * u]) for u in units]
     # the gradients are copied into a new flat input, and each rank's shard is a new output
     scatter = [c.coll("reduce_scatter", [reduce_bytes * u]) + c.fresh([reduce_bytes * u * (1 + 1 / n)]) for u in units]
@@ -392,7 +396,7 @@ def step_parts(
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
     c = _Comm(t, tr, m, nodes, net)
-    if getattr(me, "engine", "deepspeed") == "fsdp2":
+    if me.engine == "fsdp2":
         micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, fwd, bwd, impl.grad_reduce_bytes)
     elif me.zero_stage == 0:
         micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
@@ -421,8 +425,7 @@ def optimizer_seconds(t: Trial, tr: Trace, m: Machine, nodes: int, net: Network)
     """The engine's step after the boundary micro-step: norm, update, and what follows."""
     me = t.methods
     n, w, p = t.devices, bytes_per_element(t.precision), tr.n_params
-    engine = getattr(me, "engine", "deepspeed")
-    z = me.zero_stage if engine == "deepspeed" else None
+    z = me.zero_stage if me.engine == "deepspeed" else None
     owned = p if z == 0 else p / n
     offload = me.offload != "none" and m.kind == "cuda"
     kind = _adam_kind(t)
@@ -456,9 +459,7 @@ def _adam_kind(t: Trial) -> str:
     """Which AdamW the worker steps with: DeepSpeed's own when its config names an optimizer
     (suite.methods.deepspeed_config), else torch's fused AdamW (FSDP2's, and the one handed to
     DeepSpeed under methods.optimizer=torch_fused)."""
-    from suite import methods
-
-    if getattr(t.methods, "engine", "deepspeed") == "fsdp2":
+    if t.methods.engine == "fsdp2":
         return "torch_fused"
     if "optimizer" in methods.deepspeed_config(t, 1):
         return "deepspeed_cpu" if t.methods.offload != "none" else "deepspeed"
@@ -468,7 +469,5 @@ def _adam_kind(t: Trial) -> str:
 def load_host_adam() -> float | None:
     """DeepSpeedCPUAdam parameters per second of this machine, from any calibration made here:
     the host CPU of an offload prediction (a GPU datasheet has no CPU)."""
-    from suite.predict.machine import host_calibrations
-
     rates = [m.adam_elements_per_s.get("deepspeed_cpu") for m in host_calibrations() if m.kind == "cpu"]
     return max((r for r in rates if r), default=None)
