@@ -78,12 +78,22 @@ def test_each_member_builds_and_its_batch_trains_on_cpu(member):
         assert 0 < (inputs["labels"] != -100).sum() < inputs["labels"].numel()
 
 
-def test_attention_free_models_run_none_whatever_is_asked():
+def test_attention_free_models_run_none_and_refuse_a_method_that_means_nothing_there():
+    """Mamba and ConvNeXt run `none` at the default attention or at `none`; an attention kernel or
+    selective recomputation asked of them is refused, naming why, rather than run as another
+    trial's run under a second id."""
     for member in ("mamba", "convnext"):
-        for asked in ("sdpa", "eager", "flash_attention_2"):
+        for asked in ("sdpa", "none"):
             t = make_trial(TINY_MEMBERS[member] + [f"methods.attention={asked}", "methods.precision=bf16"])
             assert attention(t) == "none" and problems(t) == [], (member, asked)
             assert "attn=none" in describe(t)
+        for asked in ("eager", "flash_attention_2"):
+            found = problems(make_trial(TINY_MEMBERS[member] + [f"methods.attention={asked}"]))
+            assert len(found) == 1 and f"methods.attention={asked} means nothing for" in found[0], found
+            assert "it has no attention" in found[0]
+        found = problems(make_trial(TINY_MEMBERS[member] + ["methods.recompute=selective"]))
+        assert len(found) == 1 and "has no attention: choose none or full" in found[0], found
+        assert problems(make_trial(TINY_MEMBERS[member] + ["methods.recompute=full"])) == []
     t = make_trial(["model=mamba-2.8b", "hardware=h100-sxm-x4"])  # the default sdpa, on a GPU budget
     assert problems(t) == [] and attention(t) == "none"
     assert attention(make_trial(TINY_MEMBERS["image-classification"])) == "sdpa"  # ViT has attention

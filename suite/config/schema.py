@@ -158,7 +158,8 @@ class MethodsConfig:
     """Samples per device per micro-step; gradient accumulation keeps the global batch."""
     attention: Attention = "sdpa"
     """eager, sdpa or flash_attention_2, where the model class supports it. A model without
-    attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`suite.models.arch.attention`)."""
+    attention (Mamba, ConvNeXt) has none to choose: it runs `none` (`suite.models.arch.attention`) at the
+    default or at `none`; another value, or recompute=selective, is refused (`suite.config.validate`)."""
     compile: bool = False
     optimizer: Optimizer = "engine"
     """AdamW as the engine's own: DeepSpeed's FusedAdam (its CPU Adam under offload), torch's fused

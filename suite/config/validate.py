@@ -136,6 +136,17 @@ def _model_problems(t: Trial) -> list[str]:
     if a.attentions and me.attention not in a.attentions:
         allowed = ", ".join(a.attentions)
         p.append(f"methods.attention={me.attention} is not supported by {a.model_class}; choose one of {allowed}")
+    if not a.attentions:  # a method that means nothing here would run as another's trial under a second id
+        if me.attention not in (MethodsConfig.attention, "none"):
+            p.append(
+                f"methods.attention={me.attention} means nothing for {a.model_class}: it has no attention (it runs "
+                f"'none'); leave methods.attention at its default ({MethodsConfig.attention}) or set none"
+            )
+        if me.recompute == "selective":
+            p.append(
+                "methods.recompute=selective recomputes the cheap operators around a block's attention and keeps "
+                f"its matmuls (Korthikanti et al. 2022); {a.model_class} has no attention: choose none or full"
+            )
     return p
 
 
