@@ -622,7 +622,7 @@ def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_pat
     d, df = repeated
     t = Trial.from_dict(df.iloc[0]["trial"])
     rec = Record.new(t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
-    rec = rec.with_run(t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
+    rec = add_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
     store.save(tmp_path, rec)
     frame, _ = load_results(tmp_path)
     assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])
