@@ -270,7 +270,7 @@ def frame(stored: list[Stored]) -> pd.DataFrame:
     return df
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Results:
     """Every trial record under a path, read once (`read_results`), and its frame."""
 
