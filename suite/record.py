@@ -69,10 +69,6 @@ class Run:
     def step_time_s(self) -> float:
         return self.metrics["step_time_s"]
 
-    def figure(self, name: str) -> Any:
-        """This run's value of a metric of `suite.metric_table` (`figure`)."""
-        return figure(self.metrics, name)
-
     @property
     def date(self) -> dt.datetime | None:
         """When it ran (its provenance), or None for a run without a date."""
@@ -151,8 +147,11 @@ class Record:
         return self.metrics["peak_mem_gib"]
 
     def figure(self, name: str) -> Any:
-        """The summary's value of a metric of `suite.metric_table` (`figure`)."""
-        return figure(self.metrics, name)
+        """The summary's value of a metric of `suite.metric_table`, None where it has none; a name
+        the table does not hold raises KeyError, so a misspelt name is not read as a missing figure."""
+        if name not in metric_table.BY_NAME:
+            raise KeyError(f"{name!r} is not a metric of suite.metric_table")
+        return self.metrics.get(name)
 
     def measured_phrase(self) -> str:
         """How an `ok` record's median step time was measured (`interval_phrase`)."""
@@ -297,14 +296,6 @@ def summarize(trial: dict, per_run: list[dict]) -> dict[str, Any]:
             trial_metrics.rates(t, out["step_time_s"], out["model_flops_per_token"], out["hardware_flops_per_token"])
         )
     return out
-
-
-def figure(metrics: dict[str, Any], name: str) -> Any:
-    """The value of a metric of `suite.metric_table` in `metrics`, None where it has none; a name
-    the table does not hold raises KeyError, so a misspelt name is not read as a missing figure."""
-    if name not in metric_table.BY_NAME:
-        raise KeyError(f"{name!r} is not a metric of suite.metric_table")
-    return metrics.get(name)
 
 
 def interval_phrase(iv: stats.Interval) -> str:
