@@ -3,8 +3,9 @@ library that the commands (cli/report.py, cli/predict.py) and the leaderboard bo
 
 One module per concern:
 
-- `load`: every trial file under a path into one checked pandas frame (bad files skipped by name);
-  `estimates.estimated_results` adds the estimates, the one pipeline every report starts from.
+- `load`: the one reader of a results folder: every trial file under a path, read once, into
+  checked records and one pandas frame (bad files skipped by name); `estimates.estimated_results`
+  adds the estimates, the one pipeline every report starts from.
 - `prices`: the editable price tables in `conf/prices/` and the GPU profiles they are keyed by.
 - `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
   FLOPs-only (analytic) estimate and the MFU a published time implies.

@@ -22,11 +22,12 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
-from analysis.tables import best_per_budget
+from analysis.tables import best_per_budget, interval
 from suite import methods
 from suite.config import Trial
 from suite.models.arch import arch, attention
 from suite.models.config import hf_config
+from suite.record import interval_phrase
 
 DS_CONFIG, FSDP_CONFIG = "ds_config.json", "fsdp_config.json"
 TRAINING_ARGS, LAUNCH, MODEL_DIR = "training_args.json", "launch.sh", "model"
@@ -219,14 +220,9 @@ def _block_class_name(t: Trial) -> str:
 
 def measured(r: pd.Series) -> str:
     """What was measured for a winner's row: median step, its interval and runs, days; and its ties."""
+    step = f"step {r['step_time_s']:.3f} s ({interval_phrase(interval(r))}) -> {r['days']:,.2f} days"
     if r["runs"] > 1:
-        step = (
-            f"step {r['step_time_s']:.3f} s (median of {r['runs']} runs; {r['step_time_ci_level']:.1%} interval "
-            f"{r['step_time_ci_lo_s']:.3f}-{r['step_time_ci_hi_s']:.3f} s) -> {r['days']:,.2f} days "
-            f"({r['days_lo']:,.2f}-{r['days_hi']:,.2f})"
-        )
-    else:
-        step = f"step {r['step_time_s']:.3f} s (a single run: no interval) -> {r['days']:,.2f} days"
+        step += f" ({r['days_lo']:,.2f}-{r['days_hi']:,.2f})"
     tied = r.get("tied_configs")
     return step + (f"; tied with {r['n_tied']} (intervals overlap): {tied}" if isinstance(tied, str) and tied else "")
 

@@ -76,14 +76,16 @@ def phases(folder: Path, out: Path) -> dict[str, float]:
     each figure's data and drawing (imports not counted: they are done by then)."""
     from analysis import figures, plotting
     from analysis.estimates import estimated_results
+    from analysis.load import read_results
     from analysis.prices import load_prices
 
     took: dict[str, float] = {}
     t0 = time.perf_counter()
-    df, _ = estimated_results(folder, load_prices())
+    results = read_results(folder)
+    df = estimated_results(results, load_prices())
     took["load_and_estimates_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    x = figures.Inputs(df, str(folder), None, figures.scored(folder))
+    x = figures.Inputs(df, str(folder), None, figures.scored(results))
     took["scoring_s"] = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     for spec in figures.SPECS:

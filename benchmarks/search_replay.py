@@ -46,10 +46,10 @@ def key(methods) -> tuple:
 
 
 def load(d: Path) -> list[Record]:
-    """The ok and out-of-memory trial records of a store (analysis.accuracy's reading of one)."""
-    from analysis.accuracy import records
+    """The ok and out-of-memory trial records of a store (analysis.load's reading of one)."""
+    from analysis.load import read_results
 
-    return [rec for rec, _ in records(d)[0]]
+    return read_results(d).records(("ok", "oom"))
 
 
 def truth(rec: Record, noise: str) -> float:

@@ -18,7 +18,7 @@ from conftest import single_rank_env
 
 from analysis import ReportError, estimates, published
 from analysis.export import export_winner, write_export
-from analysis.load import load_results
+from analysis.load import load_results, read_results
 from analysis.prices import load_prices
 from analysis.tables import (
     across_budgets,
@@ -218,6 +218,28 @@ def test_malformed_and_foreign_files_are_skipped_by_name(tmp_path, raw):
     code = cli.main(["tables", str(tmp_path), "--out", str(tmp_path / "out")])
     assert code == 0
     assert (tmp_path / "out" / "best.md").exists()
+
+
+def test_a_record_the_estimates_cannot_use_is_read_but_left_out_of_the_frame(tmp_path, raw):
+    ok = next(r for r in raw if r["outcome"] == "ok")
+    (tmp_path / "no_gas.json").write_text(json.dumps(ok | {"metrics": {**ok["metrics"], "gas": None}}))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "worker.json").write_text("{}")  # the suite's own folders are not results
+    results = read_results(tmp_path)
+    assert [r.trial_id for r in results.records()] == [ok["trial_id"]] and results.records(("oom",)) == []
+    assert results.frame.empty and results.skipped == ()
+    assert results.left_out == (f"skipped {tmp_path / 'no_gas.json'}: an ok record without numeric metrics gas",)
+
+
+@pytest.mark.parametrize("command", ["tables", "figures", "leaderboard", "accuracy"])
+def test_each_report_reads_its_folder_once(command, tmp_path, monkeypatch, capsys):
+    from analysis import load
+
+    reads, read = [], load._read
+    monkeypatch.setattr(load, "_read", lambda f: reads.append(f) or read(f))
+    out = {"leaderboard": ["-o", str(tmp_path / "index.html")]}.get(command, ["--out", str(tmp_path)])
+    assert cli.main([command, str(FIXTURES), *out]) == 0
+    assert sorted(reads) == sorted(FIXTURES.glob("*.json"))
 
 
 def _by_group(raw: list[dict], keep) -> dict[tuple[str, str], float]:
@@ -622,7 +644,7 @@ def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_pat
     d, df = repeated
     t = Trial.from_dict(df.iloc[0]["trial"])
     rec = Record.new(t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
-    rec = rec.with_run(t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
+    rec = add_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
     store.save(tmp_path, rec)
     frame, _ = load_results(tmp_path)
     assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])

@@ -36,12 +36,13 @@ import sys, time
 sys.path.insert(0, sys.argv[3])
 from conftest import TINY, make_trial
 from suite import launch, runner
+from suite.record import Run
 
 def stand_in(t, keep_logs=None, node=None):
     time.sleep(0.3)
     m = {"step_time_s": 1.0 + time.time() % 0.1, "step_time_std_s": 0.01, "peak_mem_gib": 0.1, "noisy": False,
          "tokens_per_step": 512, "model_flops_per_token": 1e6, "hardware_flops_per_token": 1e6}
-    return launch.Outcome("ok", "", m, 0.3)
+    return Run("ok", "", m, 0.3)
 
 launch.run_trial = stand_in
 t = make_trial(TINY + ["measure.repeats=" + sys.argv[2]])
