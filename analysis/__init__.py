@@ -16,7 +16,8 @@ One module per concern:
 - `figures`: the figures for a paper, their data taken from the tables' frames, written with
   their CSV and caption; `plotting` draws them (matplotlib, Agg).
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.
-- `predicted`: predicted rows (`suite-predict`, `--predict`), every figure labelled predicted.
+- `predicted`: predicted rows (`suite-predict`, `--predict`), every figure labelled predicted; the one
+  policy both answer with (`predict_budget`).
 - `accuracy`: predicted against measured for every stored ok or oom record.
 """
 

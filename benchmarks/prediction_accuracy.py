@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from suite.config.schema import SearchConfig  # noqa: E402 - after the checkout is on the path
 from suite.record import Record  # noqa: E402
-from suite.search import shardings  # noqa: E402
+from suite.space import shardings  # noqa: E402
 
 # The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
 SHAPE_384 = [
@@ -107,7 +107,7 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
     import itertools
 
     from suite.config.compose import trial
-    from suite.search import with_methods
+    from suite.space import with_methods
 
     out = []
     for name, overrides in MODELS.items():
@@ -152,21 +152,16 @@ def measure(ts, store_dir: Path) -> list[Record]:
 
 
 def plausibility() -> list[dict]:
-    from analysis.predicted import configurations
-    from suite.config.compose import compose, trial_from_cfg
-    from suite.predict import Predictor
+    """The best configuration `suite-predict` names for each model and budget of PUBLISHED, with its
+    tokens/s per GPU and MFU beside the published ones."""
+    from analysis.predicted import composed, predict_budget
+    from analysis.prices import gpu_keys, load_prices
 
     rows = []
+    prices, keys = load_prices(), gpu_keys()
     for label, (model, hardware, tokens, mfu) in PUBLISHED.items():
-        cfg = compose([f"model={model}", f"hardware={hardware}"])
-        base = trial_from_cfg(cfg)
-        pred = Predictor()
-        best = None
-        for t in configurations(base, SearchConfig(**cfg.search)):
-            p = pred.predict(t)
-            if p.fits and (best is None or p.step_time_s < best[1].step_time_s):
-                best = (t, p)
-        t, p = best
+        best = predict_budget(composed([f"model={model}", f"hardware={hardware}"]), prices, keys).best
+        t, per_gpu = best["trial"], best["tokens_per_s"] / best["trial"].devices
         rows.append(
             {
                 "published": label,
@@ -178,13 +173,13 @@ def plausibility() -> list[dict]:
                     k: getattr(t.methods, k)
                     for k in ("engine", "zero_stage", "reshard_after_forward", "offload", "recompute", "micro_batch")
                 },
-                "predicted_tokens_per_s_per_gpu": p.tokens_per_s / t.devices,
-                "predicted_mfu": p.mfu,
+                "predicted_tokens_per_s_per_gpu": per_gpu,
+                "predicted_mfu": best["mfu"],
             }
         )
         print(
             f"{label}: published {tokens:,} tok/s/GPU at {mfu:.1%} MFU; predicted for {model} on {hardware}: "
-            f"{p.tokens_per_s / t.devices:,.0f} tok/s/GPU at {p.mfu:.1%} MFU (plausibility, not accuracy)"
+            f"{per_gpu:,.0f} tok/s/GPU at {best['mfu']:.1%} MFU (plausibility, not accuracy)"
         )
     return rows
 

@@ -318,6 +318,7 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
     """A GPU budget is predicted from its datasheet on a machine without one; every figure is
     labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
+    from analysis import predicted
     from cli import predict
     from tests.conftest import TINY
 
@@ -332,9 +333,10 @@ def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatc
     assert rows and all(" yes " in r or " no " in r for r in rows)
     assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
     assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
-    assert len(predict.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
+    assert len(predicted.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
     few = [["hardware=a6000", "hardware.count=4"], ["hardware=h100-sxm", "hardware.count=8"], ["hardware=v100-x1"]]
-    monkeypatch.setattr(predict, "budgets", lambda overrides: few if "hardware=all" in overrides else [[]])
+    one = predicted.budgets
+    monkeypatch.setattr(predicted, "budgets", lambda o: [[*model, *h] for h in few] if "hardware=all" in o else one(o))
     assert predict.main([*model, "hardware=all"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("a6000-x4", "h100-sxm-x8", "v100-x1")) and "cpu-x2" not in out

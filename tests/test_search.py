@@ -28,7 +28,6 @@ from suite.runner import Ran
 from suite.search import (
     SearchReport,
     confirm,
-    divisors,
     log_of,
     may_tie,
     micro_batch_search,
@@ -37,8 +36,8 @@ from suite.search import (
     search_problems,
     side_by_side,
     with_measure,
-    with_methods,
 )
+from suite.space import divisors, with_methods
 
 
 def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
@@ -393,7 +392,7 @@ def test_the_search_covers_both_engines_and_asks_the_predictor_in_seconds():
     """The default search space holds DeepSpeed's four stages and FSDP2's two modes; the
     predictor behind the search's interface orders memory as sharding and recomputation say,
     and gives seconds (an A100 profile: datasheet constants, no calibration needed)."""
-    from suite.search import combinations, shardings
+    from suite.space import combinations, shardings
 
     cfg = SearchConfig(offloads=["none"], recomputes=["none", "full"])
     assert [(s["engine"], s["zero_stage"], s["reshard_after_forward"]) for s in shardings(cfg)] == [
