@@ -9,6 +9,8 @@ One module per concern:
 - `estimates`: the one owner of the formulas: days, GPU-hours, cloud and owned cost, the
   FLOPs-only (analytic) estimate and the MFU a published time implies.
 - `published`: Khandelwal et al. 2024's published time-to-train figures and the MFU each implies.
+- `published_runs`: the GPU predictor against training runs other teams published, scored out of
+  sample, and the sustained fraction fitted to them (`suite-predict published-accuracy`).
 - `tables`: the report tables as frames (best per budget with its ties, across budgets, speed-ups
   of the best configuration and of each memory method, whether the largest micro-batch that fits is
   the fastest, misfits).

@@ -75,7 +75,7 @@ def scored_error(kind: str) -> tuple[str, dict | None]:
 
 
 def published_runs_note(s: dict | None) -> dict[str, str]:
-    """The GPU error label from published runs (`benchmarks/published_accuracy.py --publish`), or
+    """The GPU error label from published runs (`suite-predict published-accuracy --publish`), or
     that nothing was scored."""
     if not s or not s.get("n_records"):
         none = "not yet measured (no GPU trial scored)"

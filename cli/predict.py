@@ -7,6 +7,7 @@ has measured, every figure labelled predicted and shown with the error measured 
     suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 search.fixed=true \
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
+    suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
 
 Overrides are Hydra's, as for suite-bench (conf/). What is predicted, and which is best, is
 `analysis.predicted.predict_budget`, the answer of `suite-report tables --predict` too: the
@@ -122,6 +123,24 @@ def calibrate_main(overrides: list[str], quick: bool) -> None:
     print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
 
 
+def published_main(args: list[str]) -> None:
+    """Every published training run predicted and scored, out of sample (analysis/published_runs.py);
+    --publish writes results/accuracy/cuda-published.json, the error every GPU figure is shown with."""
+    import argparse
+
+    from analysis import published_runs
+
+    ap = argparse.ArgumentParser(prog="suite-predict published-accuracy", description=published_main.__doc__)
+    ap.add_argument("--publish", action="store_true", help="write results/accuracy/cuda-published.json")
+    ap.add_argument("--no-fit", action="store_true", help="the cited constants alone: every sustained fraction 1.0")
+    ap.add_argument("--rows", type=int, default=0, help="score only the first N expressible runs (a check)")
+    a = ap.parse_args(args)
+    s, recs = published_runs.run(a.rows, fit=not a.no_fit)
+    print(published_runs.report(s))
+    if a.publish:
+        print(f"wrote {published_runs.publish(s, recs)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -133,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "calibrate":
             calibrate_main([a for a in args[1:] if a != "--quick"], "--quick" in args)
+        elif args and args[0] == "published-accuracy":
+            published_main(args[1:])
         else:
             predict_main(args)
     except (ReportError, HydraException, OmegaConfBaseException, compose.OverrideError) as e:

@@ -1,12 +1,11 @@
 """The GPU predictor's model (suite.predict.gpu), the methods published runs use (selective
 recomputation, FSDP2's reduce-scatter at every micro-step, tied embeddings), `suite-predict`'s
 fixed configuration and hardware=all, and the scoring against published runs
-(benchmarks/published_accuracy.py)."""
+(analysis/published_runs.py)."""
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -232,8 +231,7 @@ def test_hardware_all_answers_for_every_shipped_model_as_report_predict_does(mod
 
 
 def test_published_runs_are_scored_on_a_few_rows():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import published_accuracy as pa
+    from analysis import published_runs as pa
 
     rows = pa.rows()
     assert len(rows) >= 100 and any(r.skipped for r in rows)
