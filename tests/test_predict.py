@@ -501,22 +501,19 @@ def test_rank_correlation_of_the_measurement_against_itself():
 
 
 def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
-    """`benchmarks/prediction_accuracy.py --rescore`: a result's measured step times against the
+    """`python -m benchmarks.prediction_accuracy --rescore`: a result's measured step times against the
     predictions of a calibration given as a file, with the engine's loop scales and ZeRO-0's alone."""
-    import importlib.util
     import json
     from pathlib import Path
 
     import pandas as pd
 
     from analysis.accuracy import method_label
+    from benchmarks import prediction_accuracy as bench
     from suite.predict import Predictor
     from suite.predict.machine import Machine
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("prediction_accuracy", root / "benchmarks/prediction_accuracy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cal_path = sorted((root / "results/benchmarks/calibrations").glob("*.json"))[0]
     cal = Machine.from_dict(json.loads(cal_path.read_text()))
     assert cal.step_scale["zero3"]["optimizer"] != cal.step_scale["zero0"]["optimizer"]
