@@ -468,9 +468,7 @@ def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_pre
     best, none = rows.iloc[0], rows.iloc[1]
     # The fastest configuration predicted to fit, from the same rows suite-predict ranks.
     a = predicted.asked([fits])[0]
-    ranked = predicted.rows(
-        predicted.configurations(a.base, SearchConfig(**a.cfg.search)), Predictor(), prices, gpu_keys()
-    )
+    ranked = predicted.rows(predicted.candidates(a.base, SearchConfig(**a.cfg.search)), Predictor(), prices, gpu_keys())
     first = min((r for r in ranked if r["fits"]), key=lambda r: r["step_time_s"])
     assert best["config"] == first["config"] and best["predicted_step_time_s"] == pytest.approx(first["step_time_s"])
     assert best["predicted_days"] == pytest.approx(

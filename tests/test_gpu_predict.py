@@ -1,11 +1,11 @@
 """The GPU predictor's model (suite.predict.gpu), the methods published runs use (selective
 recomputation, FSDP2's reduce-scatter at every micro-step, tied embeddings), `suite-predict`'s
 fixed configuration and hardware=all, and the scoring against published runs
-(benchmarks/published_accuracy.py)."""
+(analysis/published_runs.py)."""
 
 from __future__ import annotations
 
-import sys
+import math
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -190,25 +190,45 @@ def _two_blocks(model: str) -> list[str]:
 
 
 @pytest.mark.parametrize("model", [m if m == "pythia-1b" else pytest.param(m, marks=pytest.mark.slow) for m in SHIPPED])
-def test_hardware_all_answers_for_every_shipped_model(model, capsys):
-    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. The README's
-    own, pythia-1b, at full size (the quick tier's); the others with two blocks, their
-    architecture and recipe otherwise as shipped (a full-size trace is seconds a model; what is
-    tested is the rows of every profile, and each block is traced alike)."""
-    from cli.predict import main
+def test_hardware_all_answers_for_every_shipped_model_as_report_predict_does(model, capsys, monkeypatch):
+    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. And one policy
+    (`analysis.predicted.predict_budget`): `suite-report tables --predict` names the same best
+    configuration, with the same figures and label, as `suite-predict hardware=all` printed, on
+    every GPU profile (each at one of the four counts, the counts in turn). The README's own,
+    pythia-1b, at full size (the quick tier's); the others with two blocks, their architecture
+    and recipe otherwise as shipped (a full-size trace is seconds a model; what is tested is the
+    rows of every profile, and each block is traced alike); the search space narrowed."""
+    from analysis import predicted
+    from analysis.prices import load_prices
+    from cli import predict
 
-    narrow = ["search.engines=[fsdp2]", "search.offloads=[none]", "search.recomputes=[none]"]
-    assert main([f"model={model}", "hardware=all", *narrow, *([] if model == "pythia-1b" else _two_blocks(model))]) == 0
+    printed = []
+    monkeypatch.setattr(predict, "predict_all", lambda *a: printed.extend(predicted.predict_all(*a)) or printed)
+    extra = ["search.engines=[fsdp2]", "search.offloads=[none]", "search.recomputes=[none]"]
+    extra += [] if model == "pythia-1b" else _two_blocks(model)
+    assert predict.main([f"model={model}", "hardware=all", *extra]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.split() and line.split()[0].endswith(("-x1", "-x8"))]
     assert len(rows) == 2 * len(compose.gpu_profiles())
     if compose.trial([f"model={model}"]).model.recipe.precision == "bf16":
         assert "fp16 (bf16 unsupported)" in out
 
+    every = {b.base.hardware.name: b for b in printed}
+    budgets = [f"{gpu}-x{(1, 2, 4, 8)[i % 4]}" for i, gpu in enumerate(compose.gpu_profiles())]
+    asked = predicted.asked([",".join([f"{model}@{b}", *extra]) for b in budgets])  # --predict MODEL@GPU-xN,...
+    report = predicted.predicted_frame(asked, load_prices())
+    for budget, row in zip(budgets, report.to_dict("records"), strict=True):
+        answer, best = every[budget], every[budget].best
+        assert row["budget"] == budget and row["precision"] == (answer.label or answer.base.precision), budget
+        assert row["config"] == (best["config"] if best else "does not fit"), budget
+        line = next(r for r in out.splitlines() if r.startswith(budget + " "))
+        assert row["config"] in line, (budget, line)
+        for k, column in predicted.PREDICTED_KEYS.items():
+            assert row[column] == pytest.approx(best[k] if best else math.nan, nan_ok=True), (budget, k)
+
 
 def test_published_runs_are_scored_on_a_few_rows():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import published_accuracy as pa
+    from analysis import published_runs as pa
 
     rows = pa.rows()
     assert len(rows) >= 100 and any(r.skipped for r in rows)

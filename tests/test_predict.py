@@ -317,6 +317,7 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
     """A GPU budget is predicted from its datasheet on a machine without one; every figure is
     labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
+    from analysis import predicted
     from cli import predict
     from tests.conftest import TINY
 
@@ -331,9 +332,10 @@ def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatc
     assert rows and all(" yes " in r or " no " in r for r in rows)
     assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
     assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
-    assert len(predict.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
+    assert len(predicted.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
     few = [["hardware=a6000", "hardware.count=4"], ["hardware=h100-sxm", "hardware.count=8"], ["hardware=v100-x1"]]
-    monkeypatch.setattr(predict, "budgets", lambda overrides: few if "hardware=all" in overrides else [[]])
+    one = predicted.budgets
+    monkeypatch.setattr(predicted, "budgets", lambda o: [[*model, *h] for h in few] if "hardware=all" in o else one(o))
     assert predict.main([*model, "hardware=all"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("a6000-x4", "h100-sxm-x8", "v100-x1")) and "cpu-x2" not in out
@@ -498,22 +500,19 @@ def test_rank_correlation_of_the_measurement_against_itself():
 
 
 def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
-    """`benchmarks/prediction_accuracy.py --rescore`: a result's measured step times against the
+    """`python -m benchmarks.prediction_accuracy --rescore`: a result's measured step times against the
     predictions of a calibration given as a file, with the engine's loop scales and ZeRO-0's alone."""
-    import importlib.util
     import json
     from pathlib import Path
 
     import pandas as pd
 
     from analysis.accuracy import method_label
+    from benchmarks import prediction_accuracy as bench
     from suite.predict import Predictor
     from suite.predict.machine import Machine
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("prediction_accuracy", root / "benchmarks/prediction_accuracy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cal_path = sorted((root / "results/benchmarks/calibrations").glob("*.json"))[0]
     cal = Machine.from_dict(json.loads(cal_path.read_text()))
     assert cal.step_scale["zero3"]["optimizer"] != cal.step_scale["zero0"]["optimizer"]

@@ -2,7 +2,7 @@
 sequence, kernel launches and framework dispatch, and networks between nodes. Each constant has
 its source on its line; `benchmarks/published/gpu-constants.yaml` holds the readings in full.
 None is fitted to the published training runs the predictor is scored on
-(`benchmarks/published_accuracy.py`).
+(`suite-predict published-accuracy`).
 
 A GEMM of F FLOPs moving B bytes takes
 
@@ -127,7 +127,7 @@ SUSTAINED: dict[str, tuple[float, str]] = {
 """Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
 through a training run (clocks under sustained power, real data), per architecture. No source
 measures it alone: where an entry is present it is fitted to published runs with
-`benchmarks/published_accuracy.py --fit`, and the published error of every run is the one
+`suite-predict published-accuracy`, and the published error of every run is the one
 predicted with the factor fitted on the other sources' runs (leave one source out)."""
 
 
