@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite.record import provenance as measured_here
 from suite.files import write_json
+from suite.record import provenance as measured_here
 
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout the benchmarks run from."""
