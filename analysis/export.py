@@ -134,7 +134,7 @@ def training_arguments(t: Trial) -> dict[str, Any]:
         args[name] = True
         args[f"{name}_kwargs"] = {"use_reentrant": False}
     if hw.device == "cuda":
-        args["tf32"] = hw.tf32
+        args["tf32"] = t.tf32
     else:
         args["use_cpu"] = True
     return args

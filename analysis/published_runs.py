@@ -40,7 +40,7 @@ from analysis import ReportError
 from suite import paths
 from suite.config import compose
 from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial
-from suite.predict.gpu import GEMM_BEST, Implementation
+from suite.predict.gpu import ARCHITECTURES, Implementation
 
 FIT_STEPS = 8
 """Bisection steps of a fitted fraction (to within 0.004)."""
@@ -54,7 +54,20 @@ SHARDINGS = {
     "ddp": {"engine": "deepspeed", "zero_stage": 0},
     "zero1": {"engine": "deepspeed", "zero_stage": 1},
     "zero2": {"engine": "deepspeed", "zero_stage": 2},
+    "zero3": {"engine": "deepspeed", "zero_stage": 3},
 }
+TASK_WORDS = (  # a row's task, as sources word it -> the suite's task (first match wins)
+    (("span extraction", "squad", "question answering", "question-answering"), "question-answering"),
+    (("sequence classification", "sequence-classification", "glue"), "sequence-classification"),
+    (("masked", "mlm"), "masked-lm"),
+)
+
+
+def task_of(r: dict) -> str:
+    """The suite's task for a row: as its `task` words it (SQuAD fine-tuning is question answering),
+    else a causal LM (every other row trains one)."""
+    words = str(r.get("task") or "").lower()
+    return next((task for keys, task in TASK_WORDS if any(k in words for k in keys)), "causal-lm")
 
 
 @dataclass
@@ -152,7 +165,7 @@ def trial_for(src: dict, r: dict) -> Trial:
         config = {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, **config}
     model = ModelConfig(
         name=r["model"]["name"],
-        task="causal-lm",
+        task=task_of(r),
         model_type=r["model"]["model_type"],
         config=config,
         source=src["id"],
@@ -167,6 +180,7 @@ def trial_for(src: dict, r: dict) -> Trial:
         micro_batch=r["micro_batch"],
         attention="eager" if r["attention"] == "eager" else "sdpa",
         compile=bool(r.get("compile")),
+        tf32=bool(r.get("tf32")),  # unstated: off, PyTorch's default for matmuls since 1.12
     )
     if methods.engine == "fsdp2":
         methods.reduce_every_micro_step = bool(r.get("reduce_every_micro_step"))
@@ -484,7 +498,7 @@ def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:
     if fit:
         recs, folds = leave_one_group_out(rs)
     else:
-        recs, folds = predict(rs, {k: 1.0 for k in (*GEMM_BEST, "other", "volta")}), {}
+        recs, folds = predict(rs, {k: 1.0 for k in ARCHITECTURES}), {}
     s = score(recs)
     s["sustained_fitted"] = folds
     return s, recs

@@ -74,7 +74,7 @@ def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     if me.compile:
         parts.append("compile")
     parts += optimizer_label(t)
-    parts.append(t.precision)
+    parts.append(t.precision + (" tf32" if t.tf32 else ""))
     if kernel_path:
         parts.append(f"kernels {kernel_path}")
     return " ".join(parts)
@@ -95,9 +95,9 @@ def budget_label(t: Trial) -> str:
 def describe(t: Trial) -> str:
     """The trial in one line, with the attention and precision that run."""
     me, r = t.methods, t.model.recipe
-    precision = t.precision
-    if me.precision == "recipe" and precision != r.precision:
-        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
+    precision = t.precision + (" tf32" if t.tf32 else "")
+    if me.precision == "recipe" and t.precision != r.precision:
+        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {t.precision})"
     return (
         f"{t.model.name} {t.hardware.name} {sharding_label(t)}"
         f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "

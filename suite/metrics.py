@@ -26,7 +26,7 @@ class ImplausibleTiming(RuntimeError):
 
 def peak_flops(t: Trial) -> float | None:
     """Dense peak FLOP/s of one device at the trial's precision, or None if not known."""
-    key = {"fp32": "tf32" if t.hardware.tf32 else "fp32"}.get(t.precision, t.precision)
+    key = {"fp32": "tf32" if t.tf32 else "fp32"}.get(t.precision, t.precision)
     tflops = t.hardware.peak_tflops.get(key)
     return tflops * 1e12 if tflops else None
 

@@ -163,8 +163,8 @@ def device_of(t: Trial, local_rank: int):
     if t.hardware.device != "cuda":
         return torch.device("cpu"), lambda: None
     torch.cuda.set_device(local_rank)
-    torch.backends.cuda.matmul.allow_tf32 = t.hardware.tf32
-    torch.backends.cudnn.allow_tf32 = t.hardware.tf32
+    torch.backends.cuda.matmul.allow_tf32 = t.tf32
+    torch.backends.cudnn.allow_tf32 = t.tf32
     return torch.device("cuda", local_rank), torch.cuda.synchronize
 
 

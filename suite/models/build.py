@@ -42,7 +42,9 @@ def batch(m: ModelConfig, micro_batch: int, gen: torch.Generator, device) -> dic
 
     causal-lm: random tokens, labelled by themselves (the model shifts them);
     masked-lm: random tokens, MASKED_FRACTION of the positions labelled, the rest ignored (-100);
-    image-classification: Gaussian pixels and a random class per image.
+    image-classification: Gaussian pixels and a random class per image;
+    question-answering: random tokens and a random answer span (start and end position) per row;
+    sequence-classification: random tokens and a random class per row.
     """
     b, r, s = micro_batch, m.recipe, shape(m)
     if m.unit == "image":
@@ -50,6 +52,13 @@ def batch(m: ModelConfig, micro_batch: int, gen: torch.Generator, device) -> dic
         y = torch.randint(0, s.num_labels, (b,), generator=gen)
         return {"pixel_values": x.to(device), "labels": y.to(device)}
     ids = torch.randint(0, s.vocab, (b, r.seq_len), generator=gen)
+    if m.task == "question-answering":
+        start = torch.randint(0, r.seq_len, (b,), generator=gen)
+        end = torch.minimum(start + torch.randint(0, 16, (b,), generator=gen), torch.tensor(r.seq_len - 1))
+        return {"input_ids": ids.to(device), "start_positions": start.to(device), "end_positions": end.to(device)}
+    if m.task == "sequence-classification":
+        y = torch.randint(0, max(s.num_labels, 1), (b,), generator=gen)
+        return {"input_ids": ids.to(device), "labels": y.to(device)}
     labels = ids
     if m.task == "masked-lm":
         masked = torch.rand(b, r.seq_len, generator=gen) < MASKED_FRACTION

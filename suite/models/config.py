@@ -23,6 +23,10 @@ AUTO_CLASSES = {
     "causal-lm": "AutoModelForCausalLM",
     "masked-lm": "AutoModelForMaskedLM",
     "image-classification": "AutoModelForImageClassification",
+    # An encoder's fine-tuning heads (BERT on SQuAD, on GLUE): the compute of pretraining less the
+    # language-model head, as published fine-tuning runs measure it.
+    "question-answering": "AutoModelForQuestionAnswering",
+    "sequence-classification": "AutoModelForSequenceClassification",
 }
 # Keys of a saved config.json that describe the file, not the architecture; the trial's
 # precision, not the file's dtype, decides the weights' dtype.

@@ -36,17 +36,23 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from suite import paths
 from suite.config import Trial
+from suite.config.schema import ModelConfig
 from suite.metrics import peak_flops
+from suite.models.config import hf_config
 from suite.predict import memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
 from suite.predict.operators import ATTENTION_PREFIX
 from suite.predict.trace import model_flops, traced
+
+ATTENTION_DROPOUT = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
+"""transformers' names of the dropout on attention probabilities (GPT-2; Llama, GPT-NeoX, OPT; BERT, ViT)."""
+_AS_RUN: dict[str, ModelConfig] = {}
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ class Predictor:
         published run's implementation: `suite.predict.gpu.Implementation`)."""
         m = self.machine(t)
         me = t.methods
-        tr = traced(t.model, me.attention, me.recompute, t.precision)
+        tr = traced(self.model_as_run(t), me.attention, me.recompute, t.precision)
         lay = memory.layout(t, self._activations_of(t, tr, impl))
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
@@ -169,6 +175,22 @@ class Predictor:
         )
 
     @staticmethod
+    def model_as_run(t: Trial) -> ModelConfig:
+        """The model as the trial's device runs it. A GPU's fused attention (SDPA's flash and
+        memory-efficient kernels, flash-attn) applies the attention probabilities' dropout inside
+        the kernel from a seed (PyTorch's `scaled_dot_product_attention`, `dropout_p`), keeping no
+        mask and no probabilities; a CPU runs SDPA with dropout as its unfused math (the trace, made
+        on the CPU, records that): so on a GPU the trace is made without that dropout."""
+        if t.hardware.device != "cuda" or t.methods.attention not in ("sdpa", "flash_attention_2"):
+            return t.model
+        key = json.dumps(asdict(t.model), sort_keys=True, default=str)
+        if key not in _AS_RUN:
+            cfg = hf_config(t.model)  # the defaults too: GPT-2's and BERT's attention dropout is 0.1 unless set
+            zeroed = {k: 0.0 for k in ATTENTION_DROPOUT if getattr(cfg, k, 0)}
+            _AS_RUN[key] = replace(t.model, config={**t.model.config, **zeroed}) if zeroed else t.model
+        return _AS_RUN[key]
+
+    @staticmethod
     def _activations_of(t: Trial, tr, impl: Implementation):
         """The trace whose activations a GPU run keeps: with its norms and activations fused (by
         hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
@@ -184,14 +206,14 @@ class Predictor:
         loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
         if (recompute, loss) == (t.methods.recompute, "model"):
             return tr
-        return traced(t.model, t.methods.attention, recompute, t.precision, loss)
+        return traced(Predictor.model_as_run(t), t.methods.attention, recompute, t.precision, loss)
 
     @staticmethod
     def model_flops(t: Trial) -> float:
         """Model FLOPs per sample as MFU counts them: `suite.models.flops.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
         counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
-        tr = traced(t.model, t.methods.attention, "none", t.precision)
+        tr = traced(Predictor.model_as_run(t), t.methods.attention, "none", t.precision)
         skipped = sum(
             0.5 * g.count * g.flops_at(1)
             for g in tr.groups

@@ -26,15 +26,50 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# Best GEMM fraction of the dense 16-bit peak per architecture (MAMF: stas00/ml-engineering
-# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", BF16).
-GEMM_BEST = {
-    "ampere": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF table)"),
-    "hopper": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF table; H200 the same)"),
-    "gh200": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF table)"),
-    "ampere-pcie": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF table)"),
+# Best GEMM fraction of the dense peak of each dtype class ("16": fp16/bf16 with fp32 accumulate,
+# "tf32", "fp32": no tensor cores), per GPU (the first key found in the datasheet name, upper-cased).
+# "MAMF": stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+# comparison table" (brute-force shape search); "torch-perf-db": the crowd-sourced torch.mm table of
+# square sizes, best of the sizes (benchmarks/published/gpu-constants.yaml, dense_gemm). A GeForce
+# card boosts above its rated clock, so its best exceeds 1.
+GEMM_BEST: dict[str, dict[str, tuple[float, str]]] = {
+    "GH200": {"16": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF)")},
+    "H100": {"16": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF)"), "tf32": (0.812, "H100 402.2 of 495 (torch-perf-db)")},
+    "H200": {"16": (0.803, "H100 SXM's (MAMF: H200 the same)")},
+    "A100-PCIE": {
+        "16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)"),
+        "tf32": (0.694, "A100-PCIE-40GB 108.3 of 156 (torch-perf-db)"),
+        "fp32": (0.901, "A100-PCIE-40GB 17.6 of 19.5 (torch-perf-db)"),
+    },
+    "A100 80GB PCIE": {"16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)")},
+    "A100": {"16": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF)"), "fp32": (0.984, "A100 SXM4 80GB 19.2 of 19.5 (torch-perf-db)")},
+    "RTX 3090": {"16": (1.077, "RTX 3090 76.5 of 71 TFLOPS, 3 cards (torch-perf-db)"), "fp32": (0.694, "24.7 of 35.6 (torch-perf-db)")},
+    "RTX 4090": {
+        "16": (1.011, "RTX 4090 167 of 165.2 TFLOPS, 6 cards (torch-perf-db)"),
+        "tf32": (1.037, "85.65 of 82.6 (torch-perf-db)"),
+        "fp32": (0.647, "53.4 of 82.6 (torch-perf-db, by size)"),
+    },
+    "RTX A6000": {"16": (0.797, "RTX A6000 123.3 of 154.8 TFLOPS (torch-perf-db)"), "fp32": (0.618, "23.9 of 38.7 (torch-perf-db)")},
+    "L40S": {"16": (0.743, "L40S 269.2 of 362.1 TFLOPS (torch-perf-db)"), "fp32": (0.512, "46.9 of 91.6 (torch-perf-db)")},
+    "V100": {"16": (0.759, "V100-SXM2-16GB fp16 94.8 of 125 TFLOPS (torch-perf-db)"), "fp32": (0.896, "14.1 of 15.7 (torch-perf-db)")},
 }
-GEMM_BEST_ASSUMED = (0.80, "no MAMF reading for this GPU: assumed as the measured GPUs' (0.80-0.87)")
+GEMM_BEST_ASSUMED = (0.80, "no GEMM reading for this GPU: assumed as the measured GPUs' (0.74-1.08)")
+MEMORY_BEST = {
+    "V100": (0.851, "copy 766 of 900 GB/s (chsasank device-benchmarks, V100 32GB)"),
+    "A100": (0.731, "copy 1490 of 2039 GB/s (chsasank device-benchmarks, A100 80GB)"),
+}
+MEMORY_BEST_ASSUMED = (0.79, "no copy-bandwidth reading for this GPU: the two measured (V100 0.85, A100 0.73), averaged")
+"""The fraction of its datasheet memory bandwidth a GPU's memory-bound kernels reach (a copy's)."""
+MISALIGNED_RATE = 0.5
+"""The rate of a GEMM with an odd dimension (a row of 16-bit elements then lies off 4-byte
+boundaries: cuBLAS's tensor-op kernels read aligned vectors; NVIDIA cuBLAS docs, "Tensor Core
+Usage"), as a fraction of an aligned one's: derived from a published pair,
+the same GPT-2 124M on one A100 with the vocabulary 50,257 and padded to 50,304 (rasbt
+LLMs-from-scratch ch05/10, torch.compile rows: 112,046 and 127,345 tokens/s; the output layer's
+three GEMMs, 31% of the FLOPs, ran at 0.52 of their aligned rate); the PyTorch blog's nanoGPT
+pair (108,743 and 141,241 on 8x A100) implies 0.35-0.42. Declared as derived: those two groups'
+rows are in-sample for it. An even dimension that is not a multiple of 8 (InternLM-7B's MLP of
+10,922) shows no such loss in its published run (InternEvo, 8x A100), so only odd ones pay it."""
 GEMM_FIXED_S = 6e-6
 """Seconds a GEMM takes beyond its work: XLA's cuBLAS table for sm_90 (xla/service/gpu/model/
 matmul_interpolator_data.h) gives 2048^3 bf16 at 632 TFLOP/s (27.2 us, 21.6 us of work at MAMF)
@@ -131,7 +166,7 @@ measures it alone: where an entry is present it is fitted to published runs with
 predicted with the factor fitted on the other sources' runs (leave one source out)."""
 
 
-SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "gh200": "hopper"}
+SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "consumer": "ampere", "gh200": "hopper"}
 """Architectures with no published runs take the fraction of the closest one that has some."""
 
 
@@ -146,6 +181,10 @@ def sustained(gpu: str) -> tuple[float, str]:
     return 1.0, "none fitted"
 
 
+ARCHITECTURES = ("ampere", "ampere-pcie", "hopper", "gh200", "consumer", "volta", "other")
+"""The keys `arch` gives (a sustained fraction is fitted per key)."""
+
+
 def arch(gpu: str) -> str:
     """The architecture key of a datasheet GPU name (conf/hardware `gpu`)."""
     g = gpu.upper()
@@ -157,11 +196,32 @@ def arch(gpu: str) -> str:
         return "ampere-pcie" if "PCIE" in g else "ampere"
     if "V100" in g:
         return "volta"
+    if any(k in g for k in ("GEFORCE", "RTX", "L40", "A40", "A10")):
+        return "consumer"  # GeForce and workstation cards (Ampere GA10x, Ada): boost clocks, board power limits
     return "other"
 
 
-def gemm_best(gpu: str) -> tuple[float, str]:
-    return GEMM_BEST.get(arch(gpu), GEMM_BEST_ASSUMED)
+def _reading(table: dict, gpu: str):
+    g = gpu.upper()
+    return next((v for k, v in table.items() if k in g), None)
+
+
+def gemm_best(gpu: str, dtype: str = "bf16") -> tuple[float, str]:
+    """The best fraction of `dtype`'s dense peak a GEMM reaches on this GPU (`GEMM_BEST`)."""
+    by = _reading(GEMM_BEST, gpu) or {}
+    cls = dtype if dtype in ("tf32", "fp32") else "16"
+    return by.get(cls) or by.get("16") or GEMM_BEST_ASSUMED
+
+
+def memory_best(gpu: str) -> tuple[float, str]:
+    """The fraction of the datasheet bandwidth this GPU's memory-bound kernels reach (`MEMORY_BEST`)."""
+    return _reading(MEMORY_BEST, gpu) or MEMORY_BEST_ASSUMED
+
+
+def aligned(dims: tuple[int, ...], dtype: str) -> bool:
+    """Whether a GEMM of (batch, rows, cols, inner) has no odd dimension (`MISALIGNED_RATE`); fp32
+    elements are 4-byte aligned whatever the count."""
+    return dtype in ("fp32", "tf32") or all(int(round(x)) % 2 == 0 for x in dims[1:])
 
 
 def _attention_table(kernel: str, gpu: str) -> tuple[dict, float, str]:

@@ -68,7 +68,9 @@ class Machine:
     gpu: str = ""
     """GPU: the datasheet name (`suite.predict.gpu.arch` picks its measured rates)."""
     gemm_best: float = 0.0
-    """GPU: the largest fraction of the dense peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    """GPU: the largest fraction of the dense 16-bit peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    gemm_best_by: dict[str, float] = field(default_factory=dict)
+    """GPU: the same for tf32 and fp32 GEMMs, as fractions of their own peaks, where measured."""
     sustained: float = 1.0
     """GPU: the fraction of that (and of fused attention's rate) kept through a training run
     (`suite.predict.gpu.SUSTAINED`)."""
@@ -164,20 +166,24 @@ def datasheet(t: Trial) -> Machine:
     bus = hw.link_gbps * 1e9 * gpu_model.LINK_EFFICIENCY
     colls = {name: [latency, bus] for name in ("all_reduce", "all_gather", "reduce_scatter")}
     peak = {k: v * 1e12 for k, v in hw.peak_tflops.items()}
+    mem, mem_source = gpu_model.memory_best(hw.gpu)
+    bandwidth = hw.memory_gbps * 1e9 * mem
     # FusedAdam over fp32 master, grad, exp_avg, exp_avg_sq: read 16 bytes, write 12 (multi_tensor_adam.cu).
-    fused = hw.memory_gbps * 1e9 / 28
+    fused = bandwidth / 28
     best, best_source = gpu_model.gemm_best(hw.gpu)
+    by = {d: gpu_model.gemm_best(hw.gpu, d)[0] for d in ("tf32", "fp32")}
     kept, kept_source = gpu_model.sustained(hw.gpu)
     return Machine(
         kind="cuda",
         source=f"{hw.datasheet}; {hw.bandwidth_source}; GEMM {best:.3f} of peak ({best_source}); "
-        f"sustained {kept:.2f} ({kept_source})",
+        f"memory {mem:.2f} of its bandwidth ({mem_source}); sustained {kept:.2f} ({kept_source})",
         gpu=hw.gpu,
         gemm_best=best,
+        gemm_best_by=by,
         sustained=kept,
         ranks=hw.count,
         peak_flops=peak,
-        memory_bps=hw.memory_gbps * 1e9,
+        memory_bps=bandwidth,
         collectives=colls,
         link=link,
         adam_elements_per_s={"deepspeed": fused, "torch_fused": fused, "torch": fused},

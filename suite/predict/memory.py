@@ -125,7 +125,7 @@ class Layout:
 
 
 def bytes_per_element(precision: str) -> int:
-    return 4 if precision == "fp32" else 2
+    return 4 if precision in ("fp32", "tf32") else 2
 
 
 def _partition_step(part: float, w: int, buffer: list[Term]) -> list[Term]:

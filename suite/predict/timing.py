@@ -141,7 +141,7 @@ def compute_seconds(
 
 
 def gpu_compute_seconds(
-    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation, compiled: bool
+    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation, compiled: bool, kinds: dict | None = None
 ) -> tuple[float, float, int]:
     """A GPU's forward and backward: each phase the larger of its kernels' time on the GPU and its
     operators' dispatch on the host, which runs ahead (`gpu.EAGER_DISPATCH_S`).
@@ -151,7 +151,8 @@ def gpu_compute_seconds(
     (`gpu.attention_fraction`); every other operator at memory speed, each kernel followed by a
     launch gap. With norms and activations fused (`Implementation.elementwise_fused`: by hand, or
     torch.compile) the operators between two GEMMs are one kernel reading and writing the GEMM's
-    output once, and only kernels are dispatched."""
+    output once, and only kernels are dispatched. `kinds`, given, gets the device seconds of a
+    micro-step by kind of kernel (gemm, attention, memory) and the host's (host)."""
     fused = impl.elementwise_fused(compiled)
     peak, w = _peak(m, dtype), bytes_per_element(dtype)
     kernel = impl.kernel("", m.gpu)
@@ -160,15 +161,18 @@ def gpu_compute_seconds(
     n_ops = 0
     for g in tr.groups:
         flops, moved = g.flops_at(b), g.bytes_at(b)
+        kind = "memory"
         if g.op in VIEWS:
             t = 0.0
         elif g.op in MATMULS and flops:
+            kind = "gemm"
             dims = g.dims_at(b)
             rate = _matmul_rate(m, dtype, dims) * m.sustained
             t = max(flops / rate, moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
             if fused:  # the fused kernel after it: its output read, the result written
                 t += 2 * dims[0] * dims[1] * dims[2] * w / m.memory_bps + gpu.LAUNCH_GAP_S
         elif g.op.startswith(ATTENTION_PREFIX) and flops:
+            kind = "attention"
             dims = g.dims_at(b)
             causal = bool(dims[5]) if len(dims) > 5 else False
             rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal) * m.sustained
@@ -180,7 +184,11 @@ def gpu_compute_seconds(
         device[g.phase] += g.count * t
         host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * _dispatched(g, b, fused)
         n_ops += g.count
+        if kinds is not None:
+            kinds[kind] = kinds.get(kind, 0.0) + g.count * t
     fwd, bwd = (max(device[p], host[p]) for p in ("forward", "backward"))
+    if kinds is not None:
+        kinds["host"] = host["forward"] + host["backward"]
     return fwd, bwd, n_ops
 
 
@@ -217,8 +225,13 @@ def first_touch_seconds(m: Machine, sizes: list[float]) -> float:
     return total
 
 
+def math_dtype(t: Trial) -> str:
+    """The dtype a trial's matmuls run in: its precision, or tf32 for fp32 on TF32 tensor cores (`Trial.tf32`)."""
+    return "tf32" if t.precision == "fp32" and t.tf32 else t.precision
+
+
 def _peak(m: Machine, dtype: str) -> float:
-    key = {"fp32": "tf32" if "tf32" in m.peak_flops else "fp32"}.get(dtype, dtype)
+    key = dtype if dtype in m.peak_flops else "fp32"
     return m.peak_flops.get(key) or m.peak_flops.get("fp32", 0.0)
 
 
@@ -227,7 +240,8 @@ def _matmul_rate(m: Machine, dtype: str, dims: tuple[int, ...]) -> float:
     at its best GEMM fraction."""
     table = m.matmul.get(dtype) or (m.matmul.get("fp32") if m.kind == "cpu" else None)
     if not table:
-        return _peak(m, dtype) * m.gemm_best
+        rate = _peak(m, dtype) * m.gemm_best_by.get(dtype, m.gemm_best)
+        return rate if gpu.aligned(dims, dtype) else rate * gpu.MISALIGNED_RATE
     batch, rows, cols, inner = dims
     return interpolate(table, (batch * rows, cols, inner))
 
@@ -390,11 +404,16 @@ def step_parts(
     """The step's parts: t_micro, t_boundary (compute and the engine's communication) and
     t_optimizer, as `impl` runs them on a GPU (the suite's own trial by default)."""
     me = t.methods
-    fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, t.precision, impl, me.compile)
+    kinds: dict[str, float] = {}
+    if m.kind == "cuda":
+        fwd, bwd, _ = gpu_compute_seconds(tr, me.micro_batch, m, math_dtype(t), impl, me.compile, kinds)
+    else:
+        fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, math_dtype(t), impl, me.compile)
     scale = loop_scale(m, me, "compute")
     fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
+    detail.update({f"{k}_s": v for k, v in kinds.items()})  # a GPU's micro-step by kind of kernel
     c = _Comm(t, tr, m, nodes, net)
     if me.engine == "fsdp2":
         micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, fwd, bwd, impl.grad_reduce_bytes)
