@@ -40,6 +40,7 @@ from analysis import ReportError
 from suite import paths
 from suite.config import compose
 from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial
+from suite.predict import MEMORY_KINDS
 from suite.predict.gpu import ARCHITECTURES, Implementation
 
 FIT_STEPS = 8
@@ -86,6 +87,8 @@ class Row:
     measured_tps: float
     measured_mfu: float | None
     measured_mem_gib: float | None
+    mem_kind: str = "nvidia-smi"
+    """What kind of memory figure the source publishes (`memory_kind`)."""
     trial: Trial | None = None
     impl: Implementation | None = None
     skipped: str = ""
@@ -116,18 +119,46 @@ def load() -> list[tuple[dict, dict]]:
     return out
 
 
+PURE_WORDS = ("pure bf16", "pure-bf16", "pure 16-bit", "bf16-true", "bf16 weights", "torch_dtype bfloat16",
+              "torch_dtype=bfloat16", "to(torch.bfloat16)", "to(bfloat16)", "model.bfloat16()", "model.half()")
+"""How sources say a loop keeps its parameters (and so its gradients and moments) in 16 bits."""
+LOOP_OPTIMIZERS = (  # how sources name their AdamW -> its implementation (first match wins)
+    (("fused=true", "fused adamw", "adamw_torch_fused", "fusedadam", "fused_adam", "apex"), "fused"),
+    (("adamw_hf", "unfused", "bertadam", "for-loop", "foreach=false", "single_tensor"), "loop"),
+)
+
+
+def _text(*parts) -> str:
+    return " ".join(str(x) for x in parts if x).lower()
+
+
 def implementation(src: dict, r: dict) -> Implementation:
     """What the run's code does, as the predictor needs it: what it fuses (the source's `fused`),
     its attention kernel, compile, and its gradient reduction's dtype (bf16 where the source
-    reduces in bf16: FSDP mixed precision PURE, or stated)."""
+    reduces in bf16: FSDP mixed precision PURE, or stated); a loop outside DeepSpeed and FSDP
+    (`engine: ddp`, one GPU or torch's DDP) with its states (16-bit where the source says so,
+    `PURE_WORDS`; else fp32 under autocast), its AdamW (`LOOP_OPTIMIZERS`; torch's default,
+    foreach, where unnamed) and torch's DDP."""
     text = f"{r.get('notes', '')} {src.get('notes', '')}"
     bf16_reduce = "mode PURE" in r.get("notes", "") or "bf16 gradient reduction" in text
+    plain = r.get("engine") == "ddp" and str(r.get("loop") or "").lower() != "deepspeed"
+    words = _text(r.get("notes"), r.get("assumed"), r.get("optimizer"), src.get("notes"), src.get("implementation"))
+    optimizer = _text(r.get("optimizer"))
+    if plain and r.get("sharding") == "ddp":
+        apex = "apex" in words and ("o2" in words or "fp16_optimizer" in words)  # fp16 weights, fp32 master
+        states = "engine" if apex else "pure" if any(w in words for w in PURE_WORDS) else "amp"
+        named = next((k for keys, k in LOOP_OPTIMIZERS if any(w in optimizer for w in keys)), None)
+        kind = named or ("fused" if "optimizer" in (src.get("fused") or ()) else "foreach")
+        loop = {"states": states, "optimizer": kind, "torch_ddp": r["gpus"] > 1}
+    else:
+        loop = {}
     return Implementation(
         name=src["id"],
         fused=frozenset(src.get("fused") or ()),
         attention_kernel=KERNELS.get(r["attention"], ""),
         compiled=bool(r.get("compile")),
         grad_reduce_bytes=2 if bf16_reduce else 4,
+        **loop,
     )
 
 
@@ -187,6 +218,24 @@ def trial_for(src: dict, r: dict) -> Trial:
     return replace(base, model=model, methods=methods, nodes=nodes)
 
 
+KIND_WORDS = (  # how sources describe their memory figure -> the kind predicted (first match wins)
+    (("max_memory_allocated", "memory_allocated", "allocated", "peak active"), "allocated"),
+    (("max_memory_reserved", "memory_reserved", "reserved"), "reserved"),
+    (("nvidia-smi", "pynvml", "nvml", "gpu memory occupied"), "nvidia-smi"),
+)
+
+
+def memory_kind(src: dict, r: dict) -> str:
+    """The kind of a run's published memory figure (`suite.predict.MEMORY_KINDS`): as the run states
+    it (`measured.peak_mem_kind`), else as its source's notes describe it, else nvidia-smi's, the
+    figure a user reads who does not say how (nvidia-smi, W&B's system panel)."""
+    stated = str(r["measured"].get("peak_mem_kind") or "").lower()
+    if stated in MEMORY_KINDS:
+        return stated
+    words = _text(r["measured"].get("derived"), r.get("notes"), src.get("notes"))
+    return next((k for keys, k in KIND_WORDS if any(w in words for w in keys)), "nvidia-smi")
+
+
 def rows(limit: int = 0) -> list[Row]:
     """Every published run as a Row, each with its trial and implementation or why it is skipped;
     with `limit`, the first `limit` expressible ones only."""
@@ -206,6 +255,7 @@ def rows(limit: int = 0) -> list[Row]:
             measured_tps=m.get("tokens_per_s_per_gpu"),
             measured_mfu=m.get("mfu"),
             measured_mem_gib=m.get("peak_mem_gib"),
+            mem_kind=memory_kind(src, r),
         )
         row.skipped = why_not(r)
         if not row.skipped:
@@ -281,7 +331,10 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
             fits=p.fits,
             tps_err_pct=100 * (tps - r.measured_tps) / r.measured_tps,
             ratio=tps / r.measured_tps,
-            mem_err_pct=100 * (p.device_gib - r.measured_mem_gib) / r.measured_mem_gib if r.measured_mem_gib else None,
+            predicted_mem_gib=p.memory_gib(r.mem_kind),
+            mem_err_pct=100 * (p.memory_gib(r.mem_kind) - r.measured_mem_gib) / r.measured_mem_gib
+            if r.measured_mem_gib
+            else None,
             parts={k: v for k, v in p.time_detail.items() if isinstance(v, float)},
             step_s=p.step_time_s,
             implementation=_impl_text(r.impl),

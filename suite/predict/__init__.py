@@ -55,6 +55,10 @@ ATTENTION_DROPOUT = ("attn_pdrop", "attention_dropout", "attention_probs_dropout
 _AS_RUN: dict[str, ModelConfig] = {}
 
 
+MEMORY_KINDS = ("allocated", "reserved", "nvidia-smi")
+"""The kinds of per-GPU memory figure a prediction gives (`Prediction.memory_gib`)."""
+
+
 @dataclass(frozen=True)
 class Estimate:
     """What the search asks of a prediction."""
@@ -77,7 +81,10 @@ class Prediction:
     peak_mem_gib: float
     build_peak_mem_gib: float
     model_states_gib: float
+    reserved_gib: float
+    """A GPU's caching allocator's peak (`torch.cuda.max_memory_reserved`): the larger peak x its slack."""
     device_gib: float
+    """What the device holds at its peak (nvidia-smi's figure): reserved + CUDA context + NCCL; what must fit."""
     capacity_gib: float
     fits: bool
     step_time_s: float
@@ -91,6 +98,11 @@ class Prediction:
     machine: str
     memory_terms: dict[str, list] = field(default_factory=dict)
     time_detail: dict[str, float] = field(default_factory=dict)
+
+    def memory_gib(self, kind: str) -> float:
+        """The memory figure of `kind` (MEMORY_KINDS): allocated (the timed window's peak of
+        max_memory_allocated), reserved (max_memory_reserved), nvidia-smi (the device's)."""
+        return {"allocated": self.peak_mem_gib, "reserved": self.reserved_gib, "nvidia-smi": self.device_gib}[kind]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,7 +132,10 @@ class Predictor:
         m = self.machine(t)
         me = t.methods
         tr = traced(self.model_as_run(t), me.attention, me.recompute, t.precision)
-        lay = memory.layout(t, self._activations_of(t, tr, impl))
+        loop = None
+        if impl.states != "engine" and me.engine == "deepspeed" and me.zero_stage == 0:
+            loop = (impl.states, impl.optimizer, impl.torch_ddp)
+        lay = memory.layout(t, self._activations_of(t, tr, impl), loop)
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
@@ -129,12 +144,14 @@ class Predictor:
             host = memory.Layout.total(lay.host)  # one memory on a CPU worker
             peak, build_peak = timed + host + runtime, build + runtime
             device = max(peak, build_peak) + m.data_margin_bytes
+            reserved = max(peak, build_peak)  # no caching allocator: what is resident
             host_gib = 0.0
         else:
             counted = sum(v[0] for v in m.overhead.values() if v[2])
             fixed = sum(v[0] for v in m.overhead.values() if not v[2])
             peak, build_peak = timed + counted, build + counted
-            device = max(peak, build_peak) * m.reserved_ratio + fixed
+            reserved = max(peak, build_peak) * m.reserved_ratio
+            device = reserved + fixed
             host_gib = memory.Layout.total(lay.host) / GIB
         capacity = t.hardware.mem_gib
         fits = capacity <= 0 or device / GIB <= capacity
@@ -159,6 +176,7 @@ class Predictor:
             peak_mem_gib=peak / GIB,
             build_peak_mem_gib=build_peak / GIB,
             model_states_gib=lay.states() / GIB,
+            reserved_gib=reserved / GIB,
             device_gib=device / GIB,
             capacity_gib=capacity,
             fits=fits,
@@ -192,16 +210,19 @@ class Predictor:
 
     @staticmethod
     def _activations_of(t: Trial, tr, impl: Implementation):
-        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
-        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
+        """The trace whose activations a GPU run keeps: compiled (torch.compile), the outputs of its
         matmuls and attention, which is what selective recomputation keeps (torch.compile's
-        partitioner recomputes the pointwise operators between them); with its loss fused
+        partitioner recomputes the pointwise operators between them); with kernels fused by hand
+        (a fused norm, a fused SwiGLU) what eager keeps, since each kernel saves its inputs for its
+        backward (published TinyLlama runs with such kernels keep eager's activations per sample,
+        whyNLP/tinyllama; the matmul-only proxy was half of it); with its loss fused
         (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`recorder._FusedCrossEntropy`);
         else `tr`'s own."""
         if t.hardware.device != "cuda":
             return tr
         recompute = t.methods.recompute
-        if recompute == "none" and impl.elementwise_fused(t.methods.compile):
+        compiled = t.methods.compile if impl.compiled is None else impl.compiled
+        if recompute == "none" and compiled:  # hand-fused kernels keep what eager keeps: their inputs
             recompute = "selective"
         loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
         if (recompute, loss) == (t.methods.recompute, "model"):

@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 # card boosts above its rated clock, so its best exceeds 1.
 GEMM_BEST: dict[str, dict[str, tuple[float, str]]] = {
     "GH200": {"16": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF)")},
-    "H100": {"16": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF)"), "tf32": (0.812, "H100 402.2 of 495 (torch-perf-db)")},
+    "H100": {
+        "16": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF)"),
+        "tf32": (0.812, "H100 402.2 of 495 (torch-perf-db)"),
+    },
     "H200": {"16": (0.803, "H100 SXM's (MAMF: H200 the same)")},
     "A100-PCIE": {
         "16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)"),
@@ -42,23 +45,41 @@ GEMM_BEST: dict[str, dict[str, tuple[float, str]]] = {
         "fp32": (0.901, "A100-PCIE-40GB 17.6 of 19.5 (torch-perf-db)"),
     },
     "A100 80GB PCIE": {"16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)")},
-    "A100": {"16": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF)"), "fp32": (0.984, "A100 SXM4 80GB 19.2 of 19.5 (torch-perf-db)")},
-    "RTX 3090": {"16": (1.077, "RTX 3090 76.5 of 71 TFLOPS, 3 cards (torch-perf-db)"), "fp32": (0.694, "24.7 of 35.6 (torch-perf-db)")},
+    "A100": {
+        "16": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF)"),
+        "fp32": (0.984, "A100 SXM4 80GB 19.2 of 19.5 (torch-perf-db)"),
+    },
+    "RTX 3090": {
+        "16": (1.077, "RTX 3090 76.5 of 71 TFLOPS, 3 cards (torch-perf-db)"),
+        "fp32": (0.694, "24.7 of 35.6 (torch-perf-db)"),
+    },
     "RTX 4090": {
         "16": (1.011, "RTX 4090 167 of 165.2 TFLOPS, 6 cards (torch-perf-db)"),
         "tf32": (1.037, "85.65 of 82.6 (torch-perf-db)"),
         "fp32": (0.647, "53.4 of 82.6 (torch-perf-db, by size)"),
     },
-    "RTX A6000": {"16": (0.797, "RTX A6000 123.3 of 154.8 TFLOPS (torch-perf-db)"), "fp32": (0.618, "23.9 of 38.7 (torch-perf-db)")},
-    "L40S": {"16": (0.743, "L40S 269.2 of 362.1 TFLOPS (torch-perf-db)"), "fp32": (0.512, "46.9 of 91.6 (torch-perf-db)")},
-    "V100": {"16": (0.759, "V100-SXM2-16GB fp16 94.8 of 125 TFLOPS (torch-perf-db)"), "fp32": (0.896, "14.1 of 15.7 (torch-perf-db)")},
+    "RTX A6000": {
+        "16": (0.797, "RTX A6000 123.3 of 154.8 TFLOPS (torch-perf-db)"),
+        "fp32": (0.618, "23.9 of 38.7 (torch-perf-db)"),
+    },
+    "L40S": {
+        "16": (0.743, "L40S 269.2 of 362.1 TFLOPS (torch-perf-db)"),
+        "fp32": (0.512, "46.9 of 91.6 (torch-perf-db)"),
+    },
+    "V100": {
+        "16": (0.759, "V100-SXM2-16GB fp16 94.8 of 125 TFLOPS (torch-perf-db)"),
+        "fp32": (0.896, "14.1 of 15.7 (torch-perf-db)"),
+    },
 }
 GEMM_BEST_ASSUMED = (0.80, "no GEMM reading for this GPU: assumed as the measured GPUs' (0.74-1.08)")
 MEMORY_BEST = {
     "V100": (0.851, "copy 766 of 900 GB/s (chsasank device-benchmarks, V100 32GB)"),
     "A100": (0.731, "copy 1490 of 2039 GB/s (chsasank device-benchmarks, A100 80GB)"),
 }
-MEMORY_BEST_ASSUMED = (0.79, "no copy-bandwidth reading for this GPU: the two measured (V100 0.85, A100 0.73), averaged")
+MEMORY_BEST_ASSUMED = (
+    0.79,
+    "no copy-bandwidth reading for this GPU: the two measured (V100 0.85, A100 0.73), averaged",
+)
 """The fraction of its datasheet memory bandwidth a GPU's memory-bound kernels reach (a copy's)."""
 MISALIGNED_RATE = 0.5
 """The rate of a GEMM with an odd dimension (a row of 16-bit elements then lies off 4-byte
@@ -166,7 +187,13 @@ measures it alone: where an entry is present it is fitted to published runs with
 predicted with the factor fitted on the other sources' runs (leave one source out)."""
 
 
-SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "consumer": "ampere", "gh200": "hopper"}
+SUSTAINED_LIKE = {
+    "ampere-pcie": "ampere",
+    "other": "ampere",
+    "volta": "ampere",
+    "consumer": "ampere",
+    "gh200": "hopper",
+}
 """Architectures with no published runs take the fraction of the closest one that has some."""
 
 
@@ -268,6 +295,17 @@ class Implementation:
     """torch.compile on; None: as the trial says (`methods.compile`)."""
     grad_reduce_bytes: int = 4
     """Bytes per element of gradient reduction under FSDP (the suite reduces in fp32)."""
+    states: str = "engine"
+    """How a loop outside DeepSpeed and FSDP keeps the model states: "engine" (the engine's own
+    layout: the suite's trials, and runs of DeepSpeed or FSDP), "amp" (fp32 parameters, gradients
+    and AdamW moments; 16-bit compute by autocast, which casts the weights at every forward), "pure"
+    (16-bit parameters, gradients and moments: `model.to(bfloat16)`, bf16-true)."""
+    optimizer: str = "fused"
+    """How its AdamW steps: "fused" (one kernel), "foreach" (torch's default: one kernel per
+    operation over many tensors), "loop" (a kernel per operation per tensor)."""
+    torch_ddp: bool = False
+    """Data parallel by torch's DistributedDataParallel (not DeepSpeed's ZeRO-0): gradients
+    all-reduced in buckets while the backward runs."""
 
     def elementwise_fused(self, compile_on: bool) -> bool:
         """Norms and activations fused (by hand or by torch.compile): the operators between two

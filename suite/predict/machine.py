@@ -14,18 +14,25 @@ GPU defaults and their sources:
                            as carried in torch/_inductor/comm_analysis.py): ring, Simple
                            protocol, 8.4 us base + 3.4 us (NVLink) / 5.7 us (PCIe) per step,
                            14 us per step between nodes
-    CUDA context           274 MiB with lazy module loading, PyTorch's default since 1.13
-                           (287,047,680 bytes measured in pytorch/pytorch#86509)
+    CUDA context           0.47 GiB with lazy module loading, PyTorch's default since 1.13
+                           (A100, torch 2.1: ml-engineering training/performance/README.md,
+                           "Preloaded CUDA kernels memory usage"; 274 MiB in pytorch/pytorch#86509)
     cuBLAS workspaces      cuBLASLt 1 MiB, 4 MiB on Ampere with >= 24 GB, 32 MiB on Hopper;
                            cuBLAS 8.0 MiB (":4096:2:16:8"), 32 MiB on Hopper (":4096:8")
                            (aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp; allocated
                            through the caching allocator, so in memory_allocated)
-    NCCL buffers           NCCL_BUFFSIZE, 4 MiB per peer and channel (NCCL docs,
-                           Environment Variables); a ring has 2 peers; 16 channels assumed
-                           over NVLink, 2 over PCIe: 128 MiB / 16 MiB (not in memory_allocated)
-    allocator slack        reserved over allocated memory, 1.0 until a GPU record measures it
-                           (the report's `reserved_ratio`); the caching allocator rounds
-                           blocks above 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp)
+    NCCL communicator      1.45 GiB per GPU once a process group of several GPUs communicates
+                           (ml-engineering training/performance/README.md, "torch.distributed
+                           memory usage": 0.55 -> 2.00 GiB at the first barrier; not in
+                           memory_reserved)
+    allocator slack        reserved over allocated memory: 1.107, the median of the suite's own
+                           GPU records (results/gpu-check/2026-12-04-h200*: 1.06-1.31 over 8
+                           trials of Pythia-160M); the caching allocator rounds blocks above
+                           10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp)
+
+A prediction gives memory as each figure is published: allocated (`torch.cuda.max_memory_allocated`:
+tensors and cuBLAS workspaces), reserved (the allocator's: allocated x slack) and the device's
+(nvidia-smi: reserved + CUDA context + NCCL), which is also what must fit.
 
 A GPU host's CPU Adam (offload) has no datasheet: it is this machine's, if calibrated.
 """
@@ -49,8 +56,9 @@ MIB = 2**20
 GPU_OP_OVERHEAD_S = 10e-6
 NCCL_BASE_LATENCY_S = 8.4e-6
 NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
-CUDA_CONTEXT_BYTES = 287_047_680
-NCCL_BUFFSIZE = 4 * MIB
+CUDA_CONTEXT_BYTES = int(0.47 * GIB)
+NCCL_COMMUNICATOR_BYTES = int(1.45 * GIB)
+RESERVED_RATIO = 1.107
 
 
 @dataclass
@@ -123,7 +131,7 @@ class Machine:
     slowest rank's); every run records its own, so drift between them shows; 0: not measured."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
-    reserved_ratio: float = 1.0
+    reserved_ratio: float = RESERVED_RATIO
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -141,13 +149,12 @@ def _gpu_overhead(t: Trial) -> dict[str, list]:
     ampere_big = any(k in hw.gpu for k in ("A100", "A6000", "3090", "A40", "L40", "4090")) and hw.mem_gib >= 24
     lt = 32 * MIB if hopper else 4 * MIB if ampere_big else MIB
     blas = 32 * MIB if hopper else 4 * MIB * 2 + 16 * 1024 * 8
-    channels = 16 if hw.link.startswith("nvlink") else 2
     return {
-        "CUDA context": [CUDA_CONTEXT_BYTES, "pytorch/pytorch#86509 (lazy module loading)", False],
+        "CUDA context": [CUDA_CONTEXT_BYTES, "ml-engineering, A100 torch 2.1 lazy loading (0.47 GiB)", False],
         "cuBLAS workspaces": [lt + blas, "aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp", True],
-        "NCCL buffers": [
-            2 * channels * NCCL_BUFFSIZE if t.devices > 1 else 0,
-            f"NCCL_BUFFSIZE 4 MiB x 2 peers x {channels} channels (NCCL docs)",
+        "NCCL communicator": [
+            NCCL_COMMUNICATOR_BYTES if t.devices > 1 else 0,
+            "ml-engineering, torch.distributed memory usage (1.45 GiB at the first collective)",
             False,
         ],
     }
@@ -163,7 +170,9 @@ def datasheet(t: Trial) -> Machine:
         raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/hardware profile")
     link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
     latency = NCCL_BASE_LATENCY_S
-    bus = hw.link_gbps * 1e9 * gpu_model.LINK_EFFICIENCY
+    # A link through host memory (no peer-to-peer: "-shm") is given as the rate measured through
+    # it; a direct link as its datasheet rate, of which NCCL's ring reaches LINK_EFFICIENCY.
+    bus = hw.link_gbps * 1e9 * (1.0 if hw.link.endswith("-shm") else gpu_model.LINK_EFFICIENCY)
     colls = {name: [latency, bus] for name in ("all_reduce", "all_gather", "reduce_scatter")}
     peak = {k: v * 1e12 for k, v in hw.peak_tflops.items()}
     mem, mem_source = gpu_model.memory_best(hw.gpu)

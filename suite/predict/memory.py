@@ -292,8 +292,40 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     return lay
 
 
-def layout(t: Trial, tr: Trace) -> Layout:
-    lay = fsdp2_layout(t, tr) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr)
+def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: bool) -> Layout:
+    """A plain PyTorch loop's states (a published run outside DeepSpeed and FSDP; `suite.predict.gpu.
+    Implementation`): under "amp" fp32 parameters, gradients and AdamW moments, and the 16-bit
+    copies of the weights autocast makes at the forward and keeps to the backward
+    (torch.autocast(cache_enabled=True): the casts of leaf tensors that require gradients are
+    cached until the autocast region ends); under "pure" all of them in the 16-bit dtype (torch's
+    AdamW keeps its moments in each parameter's dtype: `torch.zeros_like(p)`, torch/optim/adamw.py).
+    torch's DistributedDataParallel keeps its gradient buckets beside the gradients
+    (gradient_as_bucket_view=False, its default; torch/nn/parallel/distributed.py). A foreach AdamW
+    makes one temporary of the states' size at the step (`torch._foreach_sqrt(exp_avg_sqs)`,
+    torch/optim/adam.py `_multi_tensor_adam`); a per-tensor loop one of the largest tensor's."""
+    w, p = bytes_per_element(t.precision), tr.n_params
+    ws = w if states == "pure" else 4
+    lay = Layout(grads_accumulate=True)
+    lay.steady.append(Term("parameters", ws * p, f"{states}: the model's parameters"))
+    lay.steady.append(Term("gradients (p.grad, accumulated by autograd)", ws * p, "autograd AccumulateGrad"))
+    lay.steady.append(Term("AdamW moments", 2 * ws * p, "torch AdamW: exp_avg, exp_avg_sq like each parameter"))
+    if states == "amp" and w == 2:
+        lay.backward.append(Term("16-bit weight copies cached by autocast", w * p, "torch.autocast cache_enabled"))
+    if torch_ddp and t.devices > 1:
+        lay.steady.append(Term("DDP gradient buckets", ws * p, "torch DistributedDataParallel (reducer buckets)"))
+    temp = {"foreach": ws * p, "loop": ws * max(tr.param_numels)}.get(optimizer, 0.0)
+    if temp:
+        lay.optimizer.append(Term(f"{optimizer} AdamW temporary", temp, "torch/optim/adam.py (exp_avg_sq's sqrt)"))
+    lay.build.append(Term("parameters as built", 4 * p, "fp32, then cast"))
+    return lay
+
+
+def layout(t: Trial, tr: Trace, loop: tuple[str, str, bool] | None = None) -> Layout:
+    """The trial's layout: its engine's, or a plain loop's (`loop_layout`: states, optimizer, torch DDP)."""
+    if loop is not None:
+        lay = loop_layout(t, tr, *loop)
+    else:
+        lay = fsdp2_layout(t, tr) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr)
     b = t.methods.micro_batch
     if lay.grads_accumulate and t.gas_measured == 1:
         grads = next(x for x in lay.steady if x.name.startswith("gradients"))

@@ -320,6 +320,26 @@ def _ddp(c: _Comm) -> Traffic:
     return 0.0, boundary, 0, 1
 
 
+DDP_BUCKET_BYTES = 25 * 2**20
+"""torch DistributedDataParallel's bucket_cap_mb default (25 MiB; torch/nn/parallel/distributed.py)."""
+
+
+def _torch_ddp(c: _Comm, backward: float, grad_bytes: int) -> Traffic:
+    """torch's DistributedDataParallel: gradients copied into 25 MiB buckets as the backward makes
+    them, each bucket all-reduced while the backward goes on (its reducer's hooks), and copied
+    back; on a GPU only the last bucket and what outlasts the backward wait (`_hidden`)."""
+    total = grad_bytes * c.tr.n_params
+    full, rest = divmod(total, DDP_BUCKET_BYTES)
+    sizes = [DDP_BUCKET_BYTES] * int(full) + ([rest] if rest else [])
+    times = [c.coll("all_reduce", [x]) for x in sizes]
+    comm = c.copies(2 * total) + c.overhead(OPS_PER_BUCKET * len(sizes))
+    if c.m.kind == "cuda":
+        comm += _hidden(times[-1], sum(times[:-1]), backward)
+    else:
+        comm += sum(times)
+    return 0.0, comm, 0, len(sizes)
+
+
 def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
     """ZeRO-1 reduces its buckets at the boundary, ZeRO-2 at every micro-step."""
     w, p, numels = bytes_per_element(c.t.precision), c.tr.n_params, c.tr.param_numels
@@ -418,7 +438,10 @@ def step_parts(
     if me.engine == "fsdp2":
         micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, fwd, bwd, impl.grad_reduce_bytes)
     elif me.zero_stage == 0:
-        micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
+        if impl.torch_ddp:
+            micro_comm, boundary_comm, n_micro, n_boundary = _torch_ddp(c, bwd, state_bytes(t, impl))
+        else:
+            micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
     elif me.zero_stage in (1, 2):
         micro_comm, boundary_comm, n_micro, n_boundary = _zero12(c, detail)
     else:
@@ -433,17 +456,53 @@ def step_parts(
     detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm, sync_s=sync)
     detail.update(collectives_micro=n_micro, collectives_boundary=n_boundary)
 
-    t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
+    if impl.states == "amp" and t.precision != "fp32" and m.memory_bps:
+        # autocast casts each fp32 weight to 16 bits at the forward (read 4, write 2 bytes) and
+        # autograd accumulates each 16-bit gradient into the fp32 one (read 2 + 4, write 4)
+        cast = 16 * tr.n_params / m.memory_bps
+        detail["autocast_s"] = cast
+        t_micro, t_boundary = t_micro + cast, t_boundary + cast
+    t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net, impl)
     opt_scale = loop_scale(m, me, "optimizer")
     t_opt *= opt_scale
     detail.update(opt_detail, optimizer_scale=opt_scale)
     return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
 
 
-def optimizer_seconds(t: Trial, tr: Trace, m: Machine, nodes: int, net: Network) -> tuple[float, dict[str, float]]:
+ADAM_PASSES = {"fused": 7, "foreach": 20, "loop": 20}
+"""Tensor-sized reads and writes of one AdamW step: fused, parameter, gradient and both moments
+read, parameter and moments written (multi_tensor_adam.cu); as separate operations (torch's
+`_multi_tensor_adam` and `_single_tensor_adam`, torch/optim/adam.py: lerp, mul, addcmul, the
+weight decay's mul, sqrt, div, add, addcdiv) 20."""
+ADAM_OPS = 10
+"""Operations of one AdamW step on one tensor as separate kernels (torch/optim/adam.py)."""
+
+
+def state_bytes(t: Trial, impl: Implementation) -> int:
+    """Bytes per element of a loop's parameters and gradients (`Implementation.states`): fp32 under
+    autocast, else the training dtype (16-bit parameters, also under an engine's own layout)."""
+    return 4 if impl.states == "amp" else bytes_per_element(t.precision)
+
+
+def loop_optimizer_seconds(t: Trial, tr: Trace, m: Machine, impl: Implementation) -> tuple[float, dict[str, float]]:
+    """A plain loop's step (`Implementation.states` amp or pure): the gradients' norm for
+    clipping (read, then scaled: `clip_grad_norm_`) and AdamW as `impl.optimizer` runs it, each
+    operation at memory speed; a per-tensor loop also dispatches its operations one tensor at a
+    time, on the host."""
+    ws, p = state_bytes(t, impl), tr.n_params
+    device = (ADAM_PASSES[impl.optimizer] + 3) * ws * p / m.memory_bps
+    host = len(tr.param_numels) * ADAM_OPS * gpu.EAGER_DISPATCH_S if impl.optimizer == "loop" else 0.0
+    return max(device, host), {"adam_s": device, "adam_host_s": host}
+
+
+def optimizer_seconds(
+    t: Trial, tr: Trace, m: Machine, nodes: int, net: Network, impl: Implementation = SUITE
+) -> tuple[float, dict[str, float]]:
     """The engine's step after the boundary micro-step: norm, update, and what follows."""
     me = t.methods
     n, w, p = t.devices, bytes_per_element(t.precision), tr.n_params
+    if impl.states != "engine" and m.kind == "cuda" and me.engine == "deepspeed" and me.zero_stage == 0:
+        return loop_optimizer_seconds(t, tr, m, impl)
     z = me.zero_stage if me.engine == "deepspeed" else None
     owned = p if z == 0 else p / n
     offload = me.offload != "none" and m.kind == "cuda"
