@@ -43,13 +43,21 @@ from suite import paths
 from suite.config import Trial
 from suite.config.schema import ModelConfig
 from suite.metrics import peak_flops
+from suite.models.arch import shape
 from suite.models.config import hf_config
 from suite.predict import memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
+from suite.predict.memory import bytes_per_element
 from suite.predict.operators import ATTENTION_PREFIX
 from suite.predict.trace import model_flops, traced
 
+HAND_FUSED_NORMS = 4
+"""Hidden-sized tensors per block and token a run with hand-fused kernels keeps for its norms beyond
+its matmuls' outputs: each of a block's two norms saves its input, and its output is the next
+matmul's saved input (`_activations_of`)."""
+MLP_WIDTH = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
+"""transformers' names of the MLP's width (Llama, GPT-2, OPT, T5); unset, 4 x hidden."""
 ATTENTION_DROPOUT = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
 """transformers' names of the dropout on attention probabilities (GPT-2; Llama, GPT-NeoX, OPT; BERT, ViT)."""
 _AS_RUN: dict[str, ModelConfig] = {}
@@ -135,7 +143,10 @@ class Predictor:
         loop = None
         if impl.states != "engine" and me.engine == "deepspeed" and me.zero_stage == 0:
             loop = (impl.states, impl.optimizer, impl.torch_ddp)
-        lay = memory.layout(t, self._activations_of(t, tr, impl), loop)
+        kept, hand_fused = self._activations_of(t, tr, impl)
+        lay = memory.layout(t, kept, loop)
+        if hand_fused:
+            lay.backward.append(memory.Term("hand-fused kernels' saved inputs", hand_fused, "HAND_FUSED_NORMS, MLP_WIDTH"))
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
@@ -150,11 +161,17 @@ class Predictor:
             counted = sum(v[0] for v in m.overhead.values() if v[2])
             fixed = sum(v[0] for v in m.overhead.values() if not v[2])
             peak, build_peak = timed + counted, build + counted
+            # The allocator keeps freed blocks cached (reserved over allocated), but frees them and
+            # retries before it fails an allocation: a trial fits on what it allocates; reserved
+            # memory (and nvidia-smi's figure) grows at most to what the device has.
+            needed = max(peak, build_peak) + fixed
             reserved = max(peak, build_peak) * m.reserved_ratio
+            if t.hardware.mem_gib > 0:
+                reserved = max(min(reserved, t.hardware.mem_gib * GIB - fixed), max(peak, build_peak))
             device = reserved + fixed
             host_gib = memory.Layout.total(lay.host) / GIB
         capacity = t.hardware.mem_gib
-        fits = capacity <= 0 or device / GIB <= capacity
+        fits = capacity <= 0 or (device if cpu else needed) / GIB <= capacity
         parts = timing.step_parts(t, tr, m, t.nodes, self.network, impl)
         step = parts.step_time_s
         tokens = t.model.recipe.global_batch * t.tokens_per_sample
@@ -210,24 +227,35 @@ class Predictor:
 
     @staticmethod
     def _activations_of(t: Trial, tr, impl: Implementation):
-        """The trace whose activations a GPU run keeps: compiled (torch.compile), the outputs of its
-        matmuls and attention, which is what selective recomputation keeps (torch.compile's
-        partitioner recomputes the pointwise operators between them); with kernels fused by hand
-        (a fused norm, a fused SwiGLU) what eager keeps, since each kernel saves its inputs for its
-        backward (published TinyLlama runs with such kernels keep eager's activations per sample,
-        whyNLP/tinyllama; the matmul-only proxy was half of it); with its loss fused
-        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`recorder._FusedCrossEntropy`);
-        else `tr`'s own."""
+        """The trace whose activations a GPU run keeps, and what a run with hand-fused kernels keeps
+        beyond it (bytes). Compiled (torch.compile) or with its norms and activations fused by hand,
+        a run keeps the outputs of its matmuls and attention, which is what selective recomputation
+        keeps (torch.compile's partitioner recomputes the pointwise operators between them); with
+        kernels fused by hand (no recomputation) a run also keeps the inputs its matmuls and fused
+        kernels save that the matmul-only trace recomputes: each norm's input and output (the next
+        matmul's input; flash-attn's ops/layer_norm.py and ops/rms_norm.py keep x and the normalized
+        output) and the MLP's activation output (its down projection's input), HAND_FUSED_NORMS
+        hidden-sized tensors and one of the MLP's width per block and token. With its loss fused (a causal LM's
+        cross-entropy kernel, by hand or by torch.compile, which fuses the softmax and its
+        backward) no fp32 copy of the logits (`recorder._FusedCrossEntropy`); else `tr`'s own."""
         if t.hardware.device != "cuda":
-            return tr
+            return tr, 0.0
         recompute = t.methods.recompute
         compiled = t.methods.compile if impl.compiled is None else impl.compiled
-        if recompute == "none" and compiled:  # hand-fused kernels keep what eager keeps: their inputs
+        hand = not compiled and impl.elementwise_fused(False) and recompute == "none"
+        if recompute == "none" and (compiled or hand):
             recompute = "selective"
-        loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
+        fused_loss = "loss" in impl.fused or compiled
+        loss = "fused" if fused_loss and t.model.task == "causal-lm" else "model"
+        extra = 0.0
+        if hand:
+            s, cfg = shape(t.model), hf_config(t.model)
+            inner = next((v for k in MLP_WIDTH if isinstance(v := getattr(cfg, k, None), int)), 4 * s.hidden)
+            tokens = t.methods.micro_batch * t.tokens_per_sample
+            extra = (HAND_FUSED_NORMS * s.hidden + inner) * s.layers * tokens * bytes_per_element(t.precision)
         if (recompute, loss) == (t.methods.recompute, "model"):
-            return tr
-        return traced(Predictor.model_as_run(t), t.methods.attention, recompute, t.precision, loss)
+            return tr, extra
+        return traced(Predictor.model_as_run(t), t.methods.attention, recompute, t.precision, loss), extra
 
     @staticmethod
     def model_flops(t: Trial) -> float:

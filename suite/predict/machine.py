@@ -55,7 +55,7 @@ GIB = 2**30
 MIB = 2**20
 GPU_OP_OVERHEAD_S = 10e-6
 NCCL_BASE_LATENCY_S = 8.4e-6
-NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
+NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "shm": 5.7e-6, "net": 14e-6}  # shm: as pcie (assumed)
 CUDA_CONTEXT_BYTES = int(0.47 * GIB)
 NCCL_COMMUNICATOR_BYTES = int(1.45 * GIB)
 RESERVED_RATIO = 1.107
@@ -168,7 +168,7 @@ def datasheet(t: Trial) -> Machine:
     missing = [k for k in ("memory_gbps", "link_gbps", "host_gbps") if not getattr(hw, k)]
     if missing or not hw.peak_tflops:
         raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/hardware profile")
-    link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
+    link = "nvlink" if hw.link.startswith("nvlink") else "shm" if hw.link.endswith("-shm") else "pcie"
     latency = NCCL_BASE_LATENCY_S
     # A link through host memory (no peer-to-peer: "-shm") is given as the rate measured through
     # it; a direct link as its datasheet rate, of which NCCL's ring reaches LINK_EFFICIENCY.

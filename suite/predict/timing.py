@@ -333,9 +333,9 @@ def _torch_ddp(c: _Comm, backward: float, grad_bytes: int) -> Traffic:
     sizes = [DDP_BUCKET_BYTES] * int(full) + ([rest] if rest else [])
     times = [c.coll("all_reduce", [x]) for x in sizes]
     comm = c.copies(2 * total) + c.overhead(OPS_PER_BUCKET * len(sizes))
-    if c.m.kind == "cuda":
+    if c.m.kind == "cuda" and c.m.link != "shm":
         comm += _hidden(times[-1], sum(times[:-1]), backward)
-    else:
+    else:  # through host memory (no peer-to-peer) NCCL's copies run on the CPU's proxy threads
         comm += sum(times)
     return 0.0, comm, 0, len(sizes)
 
