@@ -146,7 +146,9 @@ class Predictor:
         kept, hand_fused = self._activations_of(t, tr, impl)
         lay = memory.layout(t, kept, loop)
         if hand_fused:
-            lay.backward.append(memory.Term("hand-fused kernels' saved inputs", hand_fused, "HAND_FUSED_NORMS, MLP_WIDTH"))
+            lay.backward.append(
+                memory.Term("hand-fused kernels' saved inputs", hand_fused, "HAND_FUSED_NORMS, MLP_WIDTH")
+            )
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
