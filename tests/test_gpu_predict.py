@@ -307,3 +307,12 @@ def test_zero3s_micro_step_on_a_datasheet_gpu_lasts_its_hosts_time_where_that_ou
     assert p3.t_micro > 1.5 * host  # at 256 x 2048 tokens the GPU's time outlasts the host's
     measured = replace(m, step_scale={"zero3": {"sync": 1e-4}})
     assert "zero3_host_s" not in timing.step_parts(z3, tr, measured).detail
+
+
+def test_fp32_without_tf32_is_predicted_at_the_gpus_fp32_rate():
+    """fp32 matmuls on CUDA cores (TF32 off, PyTorch's default) run at the fp32 peak; with TF32 on,
+    at the TF32 tensor-core peak: several times faster on an A100."""
+    base = ["model=pythia-160m", "hardware=a100-80gb", "model.recipe.precision=fp32", "methods.micro_batch=4"]
+    off, on = (Predictor().predict(make_trial([*base, f"methods.tf32={v}"])) for v in ("false", "true"))
+    assert off.step_time_s > 2.5 * on.step_time_s
+    assert 0 < on.mfu < 1 and 0 < off.mfu < 1
