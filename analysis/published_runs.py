@@ -1,5 +1,5 @@
 """GPU prediction accuracy against training runs other teams measured and published, and the one
-constant of the GPU model fitted to them (`suite.predict.gpu.SUSTAINED`).
+constant of the GPU model fitted to them (`suite.predict.gpu.fitted_sustained`).
 
     suite-predict published-accuracy                 # every published run predicted and scored, out of sample
     suite-predict published-accuracy --publish       # also results/accuracy/cuda-published.json
@@ -18,8 +18,8 @@ fraction of its microbenchmarked rate a GPU's compute keeps through a training r
 architecture, which no source measures alone. `fit_sustained` fits it (the median of
 predicted/published tokens/s at 1); `leave_one_group_out` predicts each group's runs with it fitted
 on the other groups' runs, so every figure scored is out of sample, and gives the fraction fitted on
-all groups, the one `SUSTAINED` ships. `score` summarises the scored runs overall and per
-breakdown (`BREAKDOWNS`: a function from a scored run to its key, one per breakdown); `publish`
+all groups, the one the predictor ships (read back from the published file). `score` summarises
+the scored runs overall and per breakdown (`BREAKDOWNS`: a function from a scored run to its key, one per breakdown); `publish`
 writes the summary `suite-predict` shows with every GPU figure (`suite.predict.published_error`).
 """
 
@@ -291,7 +291,7 @@ def network_for(r: Row, published: dict, stated: dict[str, float]):
 def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[dict]:
     """Each expressible row predicted as its implementation ran, the published figures beside;
     with `sustained` (architecture -> factor) the GPU's sustained fraction set to it
-    (`suite.predict.gpu.SUSTAINED`), else the shipped one."""
+    (`suite.predict.gpu.fitted_sustained`), else the shipped one."""
     from suite.config.validate import problems
     from suite.predict import Predictor
     from suite.predict.gpu import arch

@@ -23,8 +23,12 @@ and loss, its attention kernel, how it reduces gradients).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field
+
+from suite import paths
 
 # Best GEMM fraction of the dense peak of each dtype class ("16": fp16/bf16 with fp32 accumulate,
 # "tf32", "fp32": no tensor cores), per GPU (the first key found in the datasheet name, upper-cased).
@@ -176,15 +180,31 @@ NETWORK_EFFICIENCY = 0.8
 network/README.md: about 80% at best, e.g. 320 of 400 Gbps)."""
 
 
-SUSTAINED: dict[str, tuple[float, str]] = {
-    "ampere": (0.827, "fitted to 57 published A100 runs of 6 groups; 0.768-0.839 leaving one group out"),
-    "hopper": (0.667, "fitted to 32 published H100 runs of 4 groups; 0.612-0.671 leaving one group out"),
-}
-"""Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
-through a training run (clocks under sustained power, real data), per architecture. No source
-measures it alone: where an entry is present it is fitted to published runs with
-`suite-predict published-accuracy`, and the published error of every run is the one
-predicted with the factor fitted on the other sources' runs (leave one source out)."""
+def fitted_sustained() -> dict[str, tuple[float, str]]:
+    """Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
+    through a training run (clocks under sustained power, real data), per architecture. No source
+    measures it alone: it is fitted to published runs by `suite-predict published-accuracy
+    --publish`, which writes it with the error it was scored at (results/accuracy/cuda-published.json,
+    `sustained_fitted`: each run of a group is predicted with the fraction fitted on the other groups'
+    runs; the shipped fraction is the one fitted on all of them)."""
+    return _fitted(str(paths.accuracy_dir() / "cuda-published.json"))
+
+
+@functools.lru_cache(maxsize=4)
+def _fitted(path: str) -> dict[str, tuple[float, str]]:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    folds = d.get("sustained_fitted") or {}
+    every = folds.get("(all groups)") or {}
+    out = {}
+    for key, value in every.items():
+        left = [f[key] for g, f in folds.items() if g != "(all groups)" and key in f]
+        spread = f"; {min(left):.3f}-{max(left):.3f} leaving one group out" if left else ""
+        out[key] = (value, f"fitted to published runs ({d.get('date', 'undated')}){spread}")
+    return out
 
 
 SUSTAINED_LIKE = {
@@ -198,12 +218,12 @@ SUSTAINED_LIKE = {
 
 
 def sustained(gpu: str) -> tuple[float, str]:
-    key = arch(gpu)
-    if key in SUSTAINED:
-        return SUSTAINED[key]
+    key, fitted = arch(gpu), fitted_sustained()
+    if key in fitted:
+        return fitted[key]
     like = SUSTAINED_LIKE.get(key, "")
-    if like in SUSTAINED:
-        value, source = SUSTAINED[like]
+    if like in fitted:
+        value, source = fitted[like]
         return value, f"{like}'s, assumed: no published runs of this GPU ({source})"
     return 1.0, "none fitted"
 

@@ -81,7 +81,7 @@ class Machine:
     """GPU: the same for tf32 and fp32 GEMMs, as fractions of their own peaks, where measured."""
     sustained: float = 1.0
     """GPU: the fraction of that (and of fused attention's rate) kept through a training run
-    (`suite.predict.gpu.SUSTAINED`)."""
+    (`suite.predict.gpu.fitted_sustained`)."""
     matmul: dict[str, list[list[float]]] = field(default_factory=dict)
     """CPU: measured [M, N, K, FLOP/s] per dtype."""
     attention: list[list[float]] = field(default_factory=list)
