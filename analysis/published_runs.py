@@ -19,8 +19,9 @@ architecture, which no source measures alone. `fit_sustained` fits it (the media
 predicted/published tokens/s at 1); `leave_one_group_out` predicts each group's runs with it fitted
 on the other groups' runs, so every figure scored is out of sample, and gives the fraction fitted on
 all groups, the one the predictor ships (read back from the published file). `score` summarises
-the scored runs overall and per breakdown (`BREAKDOWNS`: a function from a scored run to its key, one per breakdown); `publish`
-writes the summary `suite-predict` shows with every GPU figure (`suite.predict.published_error`).
+the scored runs overall and per breakdown (`BREAKDOWNS`: a function from a scored run to its key,
+one per breakdown); `publish` writes the summary `suite-predict` shows with every GPU figure
+(`suite.predict.published_error`).
 """
 
 from __future__ import annotations
