@@ -120,8 +120,19 @@ def load() -> list[tuple[dict, dict]]:
     return out
 
 
-PURE_WORDS = ("pure bf16", "pure-bf16", "pure 16-bit", "bf16-true", "bf16 weights", "torch_dtype bfloat16",
-              "torch_dtype=bfloat16", "to(torch.bfloat16)", "to(bfloat16)", "model.bfloat16()", "model.half()")
+PURE_WORDS = (
+    "pure bf16",
+    "pure-bf16",
+    "pure 16-bit",
+    "bf16-true",
+    "bf16 weights",
+    "torch_dtype bfloat16",
+    "torch_dtype=bfloat16",
+    "to(torch.bfloat16)",
+    "to(bfloat16)",
+    "model.bfloat16()",
+    "model.half()",
+)
 """How sources say a loop keeps its parameters (and so its gradients and moments) in 16 bits."""
 LOOP_OPTIMIZERS = (  # how sources name their AdamW -> its implementation (first match wins)
     (("fused=true", "fused adamw", "adamw_torch_fused", "fusedadam", "fused_adam", "apex"), "fused"),
