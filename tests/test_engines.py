@@ -183,9 +183,12 @@ def test_zero3_builds_every_family_as_zero0_does():
 
 
 def test_rates_and_mfu_at_a_known_peak_where_fp32_runs_as_tf32():
-    """An A100 (datasheet: 156 dense TF32 TFLOPS, 19.5 FP32) runs fp32 matmuls as tf32, so its
-    fp32 MFU is against 156; a V100 has no tf32: 15.7. Rates by hand at 2 s per step."""
-    a100 = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"])
+    """An A100 (datasheet: 156 dense TF32 TFLOPS, 19.5 FP32) runs fp32 matmuls as tf32 where
+    methods.tf32 is on, so its fp32 MFU is against 156, and against 19.5 where it is off (torch's
+    default); a V100 has no tf32: 15.7. Rates by hand at 2 s per step."""
+    fp32 = ["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"]
+    assert metrics.peak_flops(make_trial(fp32)) == 19.5e12
+    a100 = make_trial([*fp32, "methods.tf32=true"])
     assert metrics.peak_flops(a100) == 156e12
     v100 = make_trial(["model=pythia-160m", "hardware=v100-x8", "methods.precision=fp32"])
     assert metrics.peak_flops(v100) == 15.7e12
