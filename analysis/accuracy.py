@@ -42,11 +42,12 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
+from analysis.load import Results, read_results
 from suite import paths
 from suite.config import Trial
+from suite.files import write_json
 from suite.labels import budget_label, sharding_label
-from suite.record import SCHEMAS, Record
-from suite.store import write_json
+from suite.record import Record
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
 QUANTITIES = (
@@ -61,22 +62,12 @@ QUANTITIES = (
 )
 
 
-def records(path: Path) -> tuple[list[tuple[Record, str]], list[str]]:
-    """Every ok or oom trial record under `path` with its file, and the files skipped with why."""
-    files = [path] if path.is_file() else sorted(path.rglob("*.json"))
-    out, skipped = [], []
-    for f in files:
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            skipped.append(f"{f}: not JSON ({e})")
-            continue
-        if not isinstance(rec, dict) or rec.get("schema") not in SCHEMAS:
-            continue
-        record = Record.from_json(rec)
-        if record.outcome in ("ok", "oom"):
-            out.append((record, str(f)))
-    return out, skipped
+SCORED = ("ok", "oom")
+
+
+def scorable(results: Results) -> list[tuple[Record, str]]:
+    """Every ok or oom trial record of `results` (`analysis.load.read_results`) with its file."""
+    return [(s.record, str(s.file)) for s in results.stored if s.record.outcome in SCORED]
 
 
 def method_label(t: Trial) -> str:
@@ -100,7 +91,6 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
     rows = []
     for rec, file in recs:
         t = rec.spec
-        m = rec.metrics or {}
         host = (rec.provenance or {}).get("hostname")
         if host not in predictors:
             predictors[host] = make(host)
@@ -124,26 +114,25 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
             row["note"] = f"not predicted: {e}"
             rows.append(row)
             continue
-        timed_only = "build_peak_mem_gib" in m
+        timed_only = "build_peak_mem_gib" in rec.metrics
         row["pred_peak_mem_gib"] = p.peak_mem_gib if timed_only else max(p.peak_mem_gib, p.build_peak_mem_gib)
         row["pred_build_peak_gib"] = p.build_peak_mem_gib
         row["pred_device_gib"] = p.device_gib
         row["pred_fits"] = p.fits
         row["pred_step_time_s"] = p.step_time_s
         if rec.ok:
+            measured = {k: rec.figure(k) for k in ("peak_mem_gib", "build_peak_mem_gib", "step_time_s")}
             row["run_step_times_s"] = rec.step_times()
-            row["peak_mem_gib"] = m.get("peak_mem_gib")
-            row["build_peak_mem_gib"] = m.get("build_peak_mem_gib")
-            row["step_time_s"] = m.get("step_time_s")
-            row["peak_mem_err_pct"] = _err(row["pred_peak_mem_gib"], m.get("peak_mem_gib"))
-            row["build_peak_err_pct"] = _err(p.build_peak_mem_gib, m.get("build_peak_mem_gib"))
-            row["step_time_err_pct"] = _err(p.step_time_s, m.get("step_time_s"))
-            for (measured, predicted), name in zip(PARTS, ("micro", "boundary", "optimizer"), strict=True):
-                row[f"{name}_err_pct"] = _err(getattr(p, predicted), m.get(measured))
-            calibrated = pred.machine(t).probe_flops
-            if calibrated and m.get("probe_flops"):
-                row["speed_ratio"] = m["probe_flops"] / calibrated
-                row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], m.get("step_time_s"))
+            row.update(measured)
+            row["peak_mem_err_pct"] = _err(row["pred_peak_mem_gib"], measured["peak_mem_gib"])
+            row["build_peak_err_pct"] = _err(p.build_peak_mem_gib, measured["build_peak_mem_gib"])
+            row["step_time_err_pct"] = _err(p.step_time_s, measured["step_time_s"])
+            for (part, predicted), name in zip(PARTS, ("micro", "boundary", "optimizer"), strict=True):
+                row[f"{name}_err_pct"] = _err(getattr(p, predicted), rec.figure(part))
+            calibrated, probe = pred.machine(t).probe_flops, rec.figure("probe_flops")
+            if calibrated and probe:
+                row["speed_ratio"] = probe / calibrated
+                row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], measured["step_time_s"])
         if t.hardware.mem_gib > 0:
             row["fit_right"] = p.fits == rec.ok
         rows.append(row)
@@ -237,7 +226,8 @@ def render(s: dict[str, Any], kind: str) -> str:
 def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[str, dict]:
     """Score every record under `path`; write `out`/accuracy.json; with `publish`, the summary
     per device kind under results/accuracy/ (what `suite-predict` shows with each figure)."""
-    recs, skipped = records(path)
+    results = read_results(path)
+    recs = scorable(results)
     if not recs:
         raise ReportError(f"no ok or oom trial records under {path}")
     df = score(recs)
@@ -254,6 +244,6 @@ def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[st
     if publish:
         for kind, s in result.items():
             print(f"published {write_json(paths.publish_dir() / f'{kind}.json', s, indent=1)}")
-    for message in skipped:
+    for message in results.skipped:
         print(message)
     return result

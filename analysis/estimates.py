@@ -34,7 +34,7 @@ import math
 import pandas as pd
 
 from analysis import ReportError
-from analysis.load import load_results
+from analysis.load import Results
 from analysis.prices import Prices, gpu_keys
 from suite.config import Trial
 from suite.metrics import peak_flops
@@ -139,12 +139,13 @@ def add_estimates(df: pd.DataFrame, prices: Prices, analytic_mfu: float = ANALYT
     return out
 
 
-def estimated_results(path, prices: Prices, analytic_mfu: float = ANALYTIC_MFU) -> tuple[pd.DataFrame, list[str]]:
-    """Every trial record under `path` (`analysis.load`) with its estimates, and a message per file
-    skipped; ReportError when there is no record, or the MFU asked for is not a fraction."""
+def estimated_results(results: Results, prices: Prices, analytic_mfu: float = ANALYTIC_MFU) -> pd.DataFrame:
+    """The frame of `results` (`analysis.load.read_results`) with its estimates; ReportError when
+    it has no row, or the MFU asked for is not a fraction."""
     if not 0 < analytic_mfu <= 1:
         raise ReportError(f"--analytic-mfu={analytic_mfu} must be a fraction in (0, 1], e.g. 0.5")
-    df, skipped = load_results(path)
-    if df.empty:
-        raise ReportError(f"no trial results under {path}; run suite-bench first (results land in results/runs)")
-    return add_estimates(df, prices, analytic_mfu), skipped
+    if results.frame.empty:
+        raise ReportError(
+            f"no trial results under {results.path}; run suite-bench first (results land in results/runs)"
+        )
+    return add_estimates(results.frame, prices, analytic_mfu)

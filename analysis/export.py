@@ -22,9 +22,12 @@ from typing import Any
 import pandas as pd
 
 from analysis import ReportError
-from analysis.tables import best_per_budget
-from suite import methods, models
+from analysis.tables import best_per_budget, interval
+from suite import methods
 from suite.config import Trial
+from suite.models.arch import arch, attention
+from suite.models.config import hf_config
+from suite.record import interval_phrase
 
 DS_CONFIG, FSDP_CONFIG = "ds_config.json", "fsdp_config.json"
 TRAINING_ARGS, LAUNCH, MODEL_DIR = "training_args.json", "launch.sh", "model"
@@ -131,7 +134,7 @@ def training_arguments(t: Trial) -> dict[str, Any]:
         args[name] = True
         args[f"{name}_kwargs"] = {"use_reentrant": False}
     if hw.device == "cuda":
-        args["tf32"] = hw.tf32
+        args["tf32"] = t.tf32
     else:
         args["use_cpu"] = True
     return args
@@ -190,10 +193,10 @@ def export_winner(
             f"trial {row['trial_id']} uses {' and '.join(untranslatable)}, which Hugging Face's Trainer has no "
             "setting for; export a trial without it (trial=ID)"
         )
-    if t.methods.recompute != "none" and not models.arch(t.model).gradient_checkpointing:
+    if t.methods.recompute != "none" and not arch(t.model).gradient_checkpointing:
         raise ReportError(
             f"trial {row['trial_id']} recomputes every block, which the Trainer cannot do for "
-            f"{models.arch(t.model).model_class} (transformers marks it as not supporting gradient "
+            f"{arch(t.model).model_class} (transformers marks it as not supporting gradient "
             "checkpointing); export a trial without recomputation (trial=ID)"
         )
     script = script or SCRIPTS[t.model.task]
@@ -207,21 +210,19 @@ def _block_class_name(t: Trial) -> str:
     """The class FSDP wraps, one unit per instance: the model's block (built on the meta device)."""
     import torch
 
+    from suite.models.build import build  # deferred: imports torch, like this function
+    from suite.models.recompute import block_class
+
     with torch.device("meta"):
-        model = models.build(t.model, models.attention(t), "none")
-    return models.block_class(model).__name__
+        model = build(t.model, attention(t), "none")
+    return block_class(model).__name__
 
 
 def measured(r: pd.Series) -> str:
     """What was measured for a winner's row: median step, its interval and runs, days; and its ties."""
+    step = f"step {r['step_time_s']:.3f} s ({interval_phrase(interval(r))}) -> {r['days']:,.2f} days"
     if r["runs"] > 1:
-        step = (
-            f"step {r['step_time_s']:.3f} s (median of {r['runs']} runs; {r['step_time_ci_level']:.1%} interval "
-            f"{r['step_time_ci_lo_s']:.3f}-{r['step_time_ci_hi_s']:.3f} s) -> {r['days']:,.2f} days "
-            f"({r['days_lo']:,.2f}-{r['days_hi']:,.2f})"
-        )
-    else:
-        step = f"step {r['step_time_s']:.3f} s (a single run: no interval) -> {r['days']:,.2f} days"
+        step += f" ({r['days_lo']:,.2f}-{r['days_hi']:,.2f})"
     tied = r.get("tied_configs")
     return step + (f"; tied with {r['n_tied']} (intervals overlap): {tied}" if isinstance(tied, str) and tied else "")
 
@@ -235,8 +236,8 @@ def _script_text(w: Winner) -> str:
         f"# trial {r['trial_id']} ({r['file']})",
         f"# {w.script} is a Hugging Face Trainer script (transformers/examples/pytorch/); put its data",
         "# arguments after this script's name: bash launch.sh --dataset_name ... --tokenizer_name ...",
-        f"# Build the model with attn_implementation={models.attention(t)!r}, as measured."
-        if models.attention(t) != "none"
+        f"# Build the model with attn_implementation={attention(t)!r}, as measured."
+        if attention(t) != "none"
         else "# The model has no attention implementation to choose.",
         "# The recipe record holds no learning-rate schedule: add the original run's (--lr_scheduler_type, warm-up).",
     ]
@@ -264,5 +265,5 @@ def write_export(w: Winner, out_dir: str | Path) -> list[Path]:
     for p, text in files.items():
         p.write_text(text)
     (d / LAUNCH).chmod(0o755)
-    models.hf_config(w.trial.model).save_pretrained(d / MODEL_DIR)
+    hf_config(w.trial.model).save_pretrained(d / MODEL_DIR)
     return list(files) + [d / MODEL_DIR / "config.json"]

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import ReportError
+from analysis.load import Results
 from analysis.tables import (
     GROUP,
     across_budgets,
@@ -530,11 +531,11 @@ def write_figures(x: Inputs, out: Path) -> Written:
     return written
 
 
-def scored(path: str | Path) -> pd.DataFrame | None:
-    """`suite-report accuracy`'s scoring of every ok or oom record under `path` (figure 5), or None."""
-    from analysis.accuracy import records, score
+def scored(results: Results) -> pd.DataFrame | None:
+    """`suite-report accuracy`'s scoring of every ok or oom record of `results` (figure 5), or None."""
+    from analysis.accuracy import scorable, score
 
-    recs, _ = records(Path(path))
+    recs = scorable(results)
     return score(recs) if recs else None
 
 

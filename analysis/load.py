@@ -1,11 +1,17 @@
-"""Every trial result file under a path into one pandas frame with a checked schema.
+"""The one reader of a results folder: every trial record under a path, read once, checked, and
+the pandas frame the reports start from.
 
-A file that is not JSON, not a trial record (schema `suite.trial/2`, or `suite.trial/1`
-for records of one run made before repeats, read as single runs), or whose trial, runs or
-metrics do not check out is skipped with a message naming it; it never stops the load.
-The same trial stored twice (a copied file) is kept once, the later record.
+`read_results(path)` gives `Results`: the records (`Record`, each with its `Trial` and file) and
+their frame; a command reads its folder once and passes the `Results` on (tables, figures, the
+leaderboard, accuracy). A file that is not JSON, not a trial record (schema `suite.trial/2`, or
+`suite.trial/1` for records of one run made before repeats, read as single runs), or whose trial
+or runs do not check out is skipped with a message naming it; it never stops the load. Search
+logs, benchmark summaries and the suite's own folders (W&B runs, Hydra sweeps, worker logs,
+claims) are not results and are passed over. The same trial stored twice (a copied file) is kept
+once, the later record. An `ok` record without the metrics the estimates need, as numbers
+(`suite.metric_table.REQUIRED`), stays a record but is left out of the frame, with a message.
 
-One row per trial record. Columns (units in the names; NaN where a value does not apply,
+One frame row per record. Columns (units in the names; NaN where a value does not apply,
 e.g. every metric of a trial that did not run `ok`):
 
     file, trial_id, sweep, outcome, message, date, git_revision
@@ -16,19 +22,13 @@ e.g. every metric of a trial that did not run `ok`):
     original_gpus, original_days                                           (the model's original run)
     engine, sharding, zero_stage, reshard_after_forward, offload, recompute, micro_batch, gas,
     attention, compile, config, memory_methods
-    kernel_path                                    (which fused kernels ran, where a model has them: Mamba)
-    step_time_s, step_time_ci_lo_s, step_time_ci_hi_s, step_time_ci_level, runs,   (measured, `ok` only)
-    step_time_between_std_s, step_time_within_std_s, noisy, extrapolated, gas_measured,
-    tokens_per_step, tokens_per_s, tokens_per_s_per_device, model_flops_per_token,
-    mfu, hfu, peak_mem_gib, peak_reserved_gib, n_params
+    the metrics of `suite.metric_table` marked `frame` (`FRAME`: the median step time, its
+    interval, runs and spreads, throughput, MFU, peak memory, ...), typed as the table says
+    (float; Int64 for a whole number); `gas` is the recipe's for a trial that did not run
     trial                                                                  (the record's trial dict)
 
-`step_time_s` is the median of the trial's `runs`, each in fresh processes; its interval
-[step_time_ci_lo_s, step_time_ci_hi_s] covers the median with probability
-`step_time_ci_level` (suite/stats.py; NaN for a single run, which has no interval and whose
-lo and hi are its own time). `step_time_between_std_s` is the spread between runs (NaN for
-one run); `step_time_within_std_s` the spread of the timed steps inside a run. Throughput,
-MFU and memory are those of the record's summary (suite/record.py).
+`step_time_ci_level` is NaN for a single run, which has no interval (its lo and hi are its own
+time). Each metric means what the table says (docs/results-format.md).
 
 `sharding` labels the engine and its sharding (one of suite.labels.SHARDINGS); `memory_methods` the
 sharding, offload and recomputation alone ("ZeRO-1 recompute", "DDP"); `config` is a short label of
@@ -46,40 +46,25 @@ import functools
 import json
 import math
 import typing
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from analysis import ReportError
-from suite import models
+from suite import metric_table
 from suite.config import Trial
 from suite.labels import budget_label, config_label, memory_methods_label, recipe_label, sharding_label
+from suite.models.arch import attention
 from suite.record import OUTCOMES, SCHEMAS, Record
 
 NOT_RESULTS = {"wandb", "multirun", "logs", ".claims"}
 OTHER_SCHEMAS = {"suite.search/1", "suite.search/2", "suite.benchmark/1"}  # search logs, benchmark summaries
-# Metrics an `ok` record must carry as numbers for any estimate to be made from it.
-REQUIRED_METRICS = ("step_time_s", "tokens_per_step", "tokens_per_s", "model_flops_per_token", "peak_mem_gib", "gas")
-# The summary of an `ok` record's runs must carry these too (suite/record.py).
-INTERVAL_METRICS = ("step_time_ci_lo_s", "step_time_ci_hi_s", "step_time_ci_level", "runs")
-FLOAT_METRICS = (
-    "step_time_s",
-    "step_time_ci_lo_s",
-    "step_time_ci_hi_s",
-    "step_time_ci_level",
-    "step_time_between_std_s",
-    "step_time_within_std_s",
-    "tokens_per_step",
-    "tokens_per_s",
-    "tokens_per_s_per_device",
-    "model_flops_per_token",
-    "mfu",
-    "hfu",
-    "peak_mem_gib",
-    "peak_reserved_gib",
-)
-OTHER_METRICS = ("runs", "noisy", "extrapolated", "gas_measured", "n_params")
+# The summary of an `ok` record's runs always carries these (suite/record.py).
+INTERVAL_METRICS = tuple(m.name for m in metric_table.TABLE if m.over_runs == metric_table.OF_RUNS and not m.optional)
+NUMERIC_FRAME = tuple(m for m in metric_table.TABLE if m.frame and m.numeric)
 
 
 class Malformed(ValueError):
@@ -171,9 +156,8 @@ def checked(rec: Any) -> tuple[Record, Trial]:
         raise Malformed("; ".join(wrong))
     m = rec["metrics"] if isinstance(rec["metrics"], dict) else {}
     if rec["outcome"] == "ok":
-        bad = [k for k in REQUIRED_METRICS if not _number(m, k)]
-        if bad:
-            raise Malformed(f"an ok record without numeric metrics {', '.join(bad)}")
+        if not _number(m, "step_time_s"):
+            raise Malformed("an ok record without numeric metrics step_time_s")
         if m["step_time_s"] <= 0:
             raise Malformed(f"step_time_s={m['step_time_s']} is not positive")
     runs = rec.get("runs", [])
@@ -181,15 +165,51 @@ def checked(rec: Any) -> tuple[Record, Trial]:
         raise Malformed("its runs are not a list of runs")
     record = Record.from_json(rec)
     _check_runs(record)
-    bad = [k for k in FLOAT_METRICS if record.metrics.get(k) is not None and not _number(record.metrics, k)]
-    if bad:
-        raise Malformed(f"metrics {', '.join(bad)} are not numbers")
     return record, t
 
 
+def frame_problem(record: Record) -> str | None:
+    """Why a record cannot be a row of the frame, or None: an `ok` record needs the metrics the
+    estimates are made from as numbers, and every numeric metric of the frame must be one."""
+    m = record.metrics
+    if record.ok:
+        bad = [k for k in metric_table.REQUIRED if not _number(m, k)]
+        if bad:
+            return f"an ok record without numeric metrics {', '.join(bad)}"
+    bad = [
+        x.name
+        for x in NUMERIC_FRAME
+        if m.get(x.name) is not None
+        and not (_number(m, x.name) and (x.type == "float" or float(m[x.name]).is_integer()))
+    ]
+    return f"metrics {', '.join(bad)} are not numbers of their type (suite.metric_table)" if bad else None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One trial record as read from its file."""
+
+    record: Record
+    trial: Trial
+    file: Path
+
+    @property
+    def date(self) -> str | None:
+        return (self.record.provenance or {}).get("date")
+
+
 def row(rec: Any, file: Path) -> dict[str, Any]:
-    """One frame row from one stored record; raises Malformed saying what is wrong."""
-    record, t = checked(rec)
+    """One frame row from one stored record's JSON; raises Malformed saying what is wrong."""
+    stored = Stored(*checked(rec), Path(file))
+    problem = frame_problem(stored.record)
+    if problem:
+        raise Malformed(problem)
+    return _row(stored)
+
+
+def _row(stored: Stored) -> dict[str, Any]:
+    """One frame row of a record that can be one (`frame_problem`)."""
+    record, t, file = stored.record, stored.trial, stored.file
     m, r, hw, me = record.metrics, t.model.recipe, t.hardware, t.methods
     gas = m.get("gas", _recipe_gas(t))
     prov = record.provenance or {}
@@ -228,54 +248,112 @@ def row(rec: Any, file: Path) -> dict[str, Any]:
         "recompute": me.recompute,
         "micro_batch": me.micro_batch,
         "gas": gas,
-        "attention": models.attention(t),
+        "attention": attention(t),
         "compile": me.compile,
-        "config": config_label(t, gas, m.get("kernel_path")),
+        "config": config_label(t, gas, record.figure("kernel_path")),
         "memory_methods": memory_methods_label(t),
-        "kernel_path": m.get("kernel_path"),
     }
-    out.update({k: m.get(k) for k in FLOAT_METRICS + OTHER_METRICS})
+    out.update({k: m.get(k) for k in metric_table.FRAME})
+    out["gas"] = gas  # the record's, or the recipe's for a trial that did not run
     if out["runs"] == 1:
         out["step_time_ci_level"] = None  # one run has no interval (stats.median_interval: coverage 0)
     out["trial"] = record.trial
     return out
 
 
-def load_results(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
-    """All trial records under `path` (a folder, searched recursively, or one file).
+def frame(stored: list[Stored]) -> pd.DataFrame:
+    """The frame of these records (each one that can be a row), its metric columns typed by the table."""
+    df = pd.DataFrame([_row(s) for s in stored])
+    if df.empty:
+        return df
+    for x in NUMERIC_FRAME:
+        df[x.name] = df[x.name].astype(float if x.type == "float" else "Int64")
+    return df
 
-    Returns the frame and one message per file skipped.
-    """
+
+@dataclass(frozen=True, eq=False)
+class Results:
+    """Every trial record under a path, read once (`read_results`), and its frame."""
+
+    path: Path
+    stored: tuple[Stored, ...]
+    """Each trial's record once (the later of copies), oldest first."""
+    frame: pd.DataFrame
+    """One row per record that can be one (module docstring), in the same order."""
+    skipped: tuple[str, ...]
+    """Files that hold no record read here, and copies of a newer record: each with why."""
+    left_out: tuple[str, ...]
+    """Records left out of the frame, with why (`frame_problem`)."""
+
+    @property
+    def messages(self) -> list[str]:
+        """What a report of the frame says it skipped: `skipped` and `left_out`."""
+        return [*self.skipped, *self.left_out]
+
+    def records(self, outcomes: Collection[str] | None = None) -> list[Record]:
+        """The records, oldest first; only those of `outcomes` when given."""
+        return [s.record for s in self.stored if outcomes is None or s.record.outcome in outcomes]
+
+    def record(self, trial_id: str) -> Record:
+        return self._by_id[trial_id].record
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Stored]:
+        return {s.record.trial_id: s for s in self.stored}
+
+
+def _files(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return [root]
+    # The suite's own non-trial files (W&B runs, Hydra sweeps, worker logs, claims) are not results.
+    return sorted(f for f in root.rglob("*.json") if not NOT_RESULTS & set(f.relative_to(root).parts[:-1]))
+
+
+def _read(f: Path) -> Stored | None:
+    """The record in `f`; None for a file of another kind the suite writes; Malformed or OSError otherwise."""
+    with open(f) as fh:
+        rec = json.load(fh)
+    if isinstance(rec, dict) and rec.get("schema") in OTHER_SCHEMAS:
+        return None
+    return Stored(*checked(rec), f)
+
+
+def read_results(path: str | Path) -> Results:
+    """Every trial record under `path` (a folder, searched recursively, or one file): the one
+    reader of results; ReportError when the path does not exist."""
     root = Path(path)
     if not root.exists():
         raise ReportError(f"{root} does not exist; give a results folder such as results/runs")
-    # The suite's own non-trial files (W&B runs, Hydra sweeps, worker logs) are not results.
-    files = (
-        sorted(f for f in root.rglob("*.json") if not NOT_RESULTS & set(f.relative_to(root).parts[:-1]))
-        if root.is_dir()
-        else [root]
-    )
-    rows, skipped = [], []
-    for f in files:
+    found, skipped = [], []
+    for f in _files(root):
         try:
-            with open(f) as fh:
-                rec = json.load(fh)
-            if isinstance(rec, dict) and rec.get("schema") in OTHER_SCHEMAS:
-                continue
-            rows.append(row(rec, f))
+            s = _read(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             skipped.append(f"skipped {f}: not readable JSON ({e})")
         except Malformed as e:
             skipped.append(f"skipped {f}: {e}")
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df, skipped
-    df[list(FLOAT_METRICS)] = df[list(FLOAT_METRICS)].astype(float)
-    df["gas"] = df["gas"].astype("Int64")
-    df["runs"] = df["runs"].astype("Int64")
-    df = df.sort_values(["date", "file"], na_position="first", kind="stable")
-    dup = df.duplicated("trial_id", keep="last")
-    kept = df.drop_duplicates("trial_id", keep="last").set_index("trial_id")["file"]
-    for _, r in df[dup].iterrows():
-        skipped.append(f"skipped {r['file']}: the same trial as {kept[r['trial_id']]}, which is newer")
-    return df[~dup].reset_index(drop=True), skipped
+        else:
+            if s is not None:
+                found.append(s)
+    found.sort(key=lambda s: (s.date is not None, s.date or "", str(s.file)))
+    latest = {s.record.trial_id: s for s in found}
+    skipped += [
+        f"skipped {s.file}: the same trial as {latest[s.record.trial_id].file}, which is newer"
+        for s in found
+        if latest[s.record.trial_id] is not s
+    ]
+    stored = [s for s in found if latest[s.record.trial_id] is s]
+    rows, left_out = [], []
+    for s in stored:
+        problem = frame_problem(s.record)
+        if problem:
+            left_out.append(f"skipped {s.file}: {problem}")
+        else:
+            rows.append(s)
+    return Results(root, tuple(stored), frame(rows), tuple(skipped), tuple(left_out))
+
+
+def load_results(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """The frame of every trial record under `path` (`read_results`) and one message per file skipped."""
+    results = read_results(path)
+    return results.frame, results.messages

@@ -268,17 +268,21 @@ def _ratio(pct: pd.Series) -> pd.Series:
 
 
 def _ratio_ticks(lo: float, hi: float) -> list[float]:
-    """Ticks of a speed-up's ratio enclosing [lo, hi]: powers of two (of four over a wide range),
-    finer steps over a narrow one."""
+    """Ticks of a speed-up's ratio enclosing [lo, hi], so every point is drawn: finer steps over a
+    narrow range, then coarser ones, then powers of two (of four over a wide range) as far as the
+    data reach."""
     span = hi / lo
-    if span > 6:
-        steps = [2.0**k for k in range(-12, 13, 1 if span < 24 else 2)]
-    elif span > 2:
-        steps = [0.5, 2 / 3, 0.8, 1, 1.25, 1.5, 2]
+    fine = [[0.8, 0.9, 1, 1.1, 1.25]] if span <= 2 else []
+    fine += [[0.5, 2 / 3, 0.8, 1, 1.25, 1.5, 2]] if span <= 6 else []
+    for steps in fine:
+        if steps[0] <= lo and hi <= steps[-1]:
+            break
     else:
-        steps = [0.8, 0.9, 1, 1.1, 1.25]
-    below = [v for v in steps if v <= lo] or steps[:1]
-    above = [v for v in steps if v >= hi] or steps[-1:]
+        step = 1 if span < 24 else 2
+        first, last = math.floor(math.log2(lo) / step), math.ceil(math.log2(hi) / step)
+        steps = [2.0 ** (step * k) for k in range(first, last + 1)]
+    below = [v for v in steps if v <= lo]
+    above = [v for v in steps if v >= hi]
     return [v for v in steps if below[-1] <= v <= above[0]]
 
 

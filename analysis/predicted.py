@@ -2,13 +2,15 @@
 labelled predicted and shown with the error measured so far. `suite-predict` (cli/predict.py)
 prints them; `suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`.
 
-- `configurations`: the valid combinations of the search axes (`suite.search.combinations`) and
-  micro-batches; `torch.compile` is not modelled (predicted as eager).
-- `rows`: each configuration predicted, with `analysis.estimates`' days and costs; `one_hardware`
-  the rows of one composed config.
-- `asked` checks every --predict value at once; `best_row` predicts the fastest configuration that
-  fits one budget; `predicted_frame` and `predicted_table` give the rows and their report table.
-  Every figure's column is `predicted_*`; they never join a measured frame.
+- `predict_budget`: the one policy both commands answer with: the precision a GPU runs the recipe
+  in (`runs_in`: fp16 where it has no bf16), the candidates (`candidates`: the valid configurations
+  of `suite.space`, eager, or the one `search.fixed=true` names), each predicted with days and cost
+  (`rows`), ranked so that the first that fits is the best (`Budget.best`). `predict_all` does it for
+  every budget of `suite-predict`'s overrides (hardware=all: every GPU profile at every count);
+  `composed` composes them, Hydra run once per model and overrides.
+- `asked` checks every --predict value at once; `best_row` is the best row of one budget asked
+  for; `predicted_frame` and `predicted_table` give the rows and their report table. Every figure's
+  column is `predicted_*`; they never join a measured frame.
 - `error_note`: the accuracy `suite-report accuracy --publish` last measured for this kind of
   device (results/accuracy/), or that nothing was measured; `error_pct` its step-time error as
   numbers (the band a figure draws).
@@ -26,26 +28,10 @@ from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_
 from analysis.prices import gpu_keys
 from analysis.render import Column, Table
 from suite.config import compose
-from suite.config.schema import SearchConfig, Trial
+from suite.config.schema import GPU_COUNTS, SearchConfig, Trial
 from suite.config.validate import problems
 from suite.labels import budget_label, config_label, recipe_label
-
-
-def configurations(base: Trial, search) -> list[Trial]:
-    """Every valid combination of the search axes (`suite.search.combinations`: both engines)
-    and micro-batches of `base`; `torch.compile` is not modelled, so every one is eager."""
-    from suite.search import combinations, divisors, with_methods
-
-    if base.per_device_batch <= 0:
-        return []
-    out = []
-    for c in combinations(base, replace(search, compiles=[False])):
-        for mb in divisors(base.per_device_batch):
-            t = with_methods(c, micro_batch=mb)
-            if not problems(t):
-                out.append(t)
-    return out
-
+from suite.space import configurations
 
 PUBLISHED_CAVEAT = (
     "published runs use their own (often fused) code, so an HF-eager trial of the suite should be expected "
@@ -89,7 +75,7 @@ def scored_error(kind: str) -> tuple[str, dict | None]:
 
 
 def published_runs_note(s: dict | None) -> dict[str, str]:
-    """The GPU error label from published runs (`benchmarks/published_accuracy.py --publish`), or
+    """The GPU error label from published runs (`suite-predict published-accuracy --publish`), or
     that nothing was scored."""
     if not s or not s.get("n_records"):
         none = "not yet measured (no GPU trial scored)"
@@ -158,16 +144,109 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
     return out
 
 
-def one_hardware(cfg, predictor, prices, keys: dict[str, str]) -> tuple[Trial, list[dict]]:
-    """The rows of one composed config: every configuration of `search.*` ranked, or with
-    `search.fixed=true` the one `methods.*` name."""
-    base = compose.trial_from_cfg(cfg)
+def runs_in(base: Trial) -> tuple[Trial, str]:
+    """`base` at the precision its GPU trains the recipe in, and a label where that is not the
+    recipe's: a GPU without bf16 (a V100) runs a bf16 recipe at fp16. A precision set with
+    `methods.precision` is kept as given (and `problems` names it if the GPU cannot run it)."""
+    hw = base.hardware
+    if base.methods.precision == "recipe" and base.precision == "bf16" and hw.device == "cuda" and not hw.bf16:
+        return replace(base, methods=replace(base.methods, precision="fp16")), "fp16 (bf16 unsupported)"
+    return base, ""
+
+
+def candidates(base: Trial, search: SearchConfig) -> list[Trial]:
+    """The configurations predicted for `base`: with `search.fixed` the one `methods.*` names, else
+    every valid one of the search space (`suite.space.configurations`) at every micro-batch, eager
+    (`torch.compile` is not modelled)."""
+    return [base] if search.fixed else configurations(base, replace(search, compiles=[False]))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget predicted (`predict_budget`): its base trial at the precision it runs, every
+    candidate's row ranked (None where it cannot run at all, `why` says why), the predictor."""
+
+    base: Trial
+    rows: list[dict] | None
+    predictor: object
+    label: str = ""
+    """Where the budget is not predicted as asked: "fp16 (bf16 unsupported)"."""
+    why: str = ""
+
+    @property
+    def best(self) -> dict | None:
+        """The fastest configuration predicted to fit, or None."""
+        return next((r for r in self.rows or () if r["fits"]), None)
+
+
+def predict_budget(cfg, prices, keys: dict[str, str]) -> Budget:
+    """The one answer of `suite-predict` and `--predict` for a composed config: its precision
+    (`runs_in`), its candidates (`candidates`), each predicted and ranked (`rows`). A base that is
+    invalid at that precision, or a CPU budget without this machine's constants, raises
+    ReportError."""
+    from suite.predict.machine import NotCalibrated
+
+    base, label = runs_in(compose.trial_from_cfg(cfg))
     search = SearchConfig(**cfg.search)
     found = [p for p in problems(base) if search.fixed or "micro_batch" not in p]
     if found:
         raise ReportError("invalid base: " + "; ".join(found))
-    trials = [base] if search.fixed else configurations(base, search)
-    return base, rows(trials, predictor, prices, keys)
+    predictor = _predictor(cfg)
+    try:
+        return Budget(base, rows(candidates(base, search), predictor, prices, keys), predictor, label)
+    except NotCalibrated as e:
+        raise ReportError(str(e)) from None
+
+
+def _predictor(cfg):
+    from suite.predict import Predictor
+    from suite.predict.timing import Network
+
+    return Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
+
+
+HARDWARE_KEYS = ("hardware", "hardware.count")
+
+
+def composed(overrides: list[str]):
+    """`compose.compose(overrides)`, with Hydra run once per set of the other overrides: where the
+    hardware is one GPU profile and a count that no other override (or experiment) touches, that
+    profile is swapped into the config the others compose (`compose.with_hardware`), milliseconds
+    instead of a sixth of a second (`hardware=all` is 19 profiles x 4 counts)."""
+    given = compose.overrides(overrides)
+    hardware = {k: v for k, _, v in (o.partition("=") for o in given) if k in HARDWARE_KEYS}
+    rest = [o for o in given if o.partition("=")[0] not in HARDWARE_KEYS]
+    own = any(o.split("=", 1)[0].lstrip("+~").startswith(("hardware", "experiment")) for o in rest)
+    gpu, count = hardware.get("hardware", ""), hardware.get("hardware.count", "")
+    if own or gpu not in compose.gpu_profiles() or not count.isdigit():
+        return compose.compose(given)
+    return compose.with_hardware(compose.compose(rest), gpu, int(count))
+
+
+def budgets(overrides: list[str]) -> list[list[str]]:
+    """The overrides of each budget `suite-predict` answers for: the ones given, or with
+    hardware=all each GPU profile at every count of one node in their place."""
+    if "hardware=all" not in overrides:
+        return [overrides]
+    rest = [o for o in overrides if o != "hardware=all"]
+    return [[*rest, f"hardware={gpu}", f"hardware.count={n}"] for gpu in compose.gpu_profiles() for n in GPU_COUNTS]
+
+
+def predict_all(overrides: list[str], prices, keys: dict[str, str]) -> list[Budget]:
+    """`predict_budget` of every budget of `suite-predict`'s overrides (`budgets`). Under
+    hardware=all a profile that cannot run the model is a Budget saying why, never the end."""
+    every = "hardware=all" in overrides
+    out = []
+    for one in budgets(overrides):
+        cfg = composed(one)
+        try:
+            out.append(predict_budget(cfg, prices, keys))
+        except ReportError as e:
+            if not every:
+                raise
+            base, label = runs_in(compose.trial_from_cfg(cfg))
+            out.append(Budget(base, None, _predictor(cfg), label, str(e)))
+    return out
 
 
 # ---- predicted rows of `suite-report tables` and the leaderboard: asked for with --predict ----
@@ -188,9 +267,21 @@ class Asked:
     base: Trial
 
 
+def _parts(spec: str) -> list[str]:
+    """`spec` split at its commas outside brackets: a list value (`search.engines=[fsdp2,deepspeed]`)
+    stays one override."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(spec):
+        depth += (c in "[{") - (c in "]}")
+        if c == "," and depth == 0:
+            parts.append(spec[start:i])
+            start = i + 1
+    return [p.strip() for p in [*parts, spec[start:]]]
+
+
 def _overrides(spec: str) -> tuple[list[str], list[str]]:
     """The Hydra overrides of MODEL@HARDWARE[,KEY=VALUE...], and what is wrong with it."""
-    head, *extra = [part.strip() for part in spec.split(",")]
+    head, *extra = _parts(spec)
     model, sep, hardware = head.partition("@")
     wrong = []
     if not sep or not model or not hardware or "=" in head:
@@ -222,8 +313,8 @@ def asked(specs: list[str]) -> list[Asked]:
             wrong += bad
             continue
         try:
-            cfg = compose.compose(overrides)
-            base = compose.trial_from_cfg(cfg)
+            cfg = composed(overrides)
+            base, _ = runs_in(compose.trial_from_cfg(cfg))
         except (HydraException, OmegaConfBaseException, ValueError, TypeError) as e:
             cause = f" ({str(e.__cause__).splitlines()[0]})" if e.__cause__ and str(e.__cause__) else ""
             wrong.append(f"{spec!r}: {str(e).splitlines()[0]}{cause}")
@@ -242,14 +333,10 @@ def asked(specs: list[str]) -> list[Asked]:
 
 
 def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
-    """The fastest configuration predicted to fit a budget asked for, or that none does; every
-    figure predicted, with the error measured so far for its kind of device."""
-    from suite.predict import Predictor
-    from suite.predict.timing import Network
-
-    predictor = Predictor(network=Network(a.cfg.cluster.network_gbps, a.cfg.cluster.network))
-    base, rs = one_hardware(a.cfg, predictor, prices, keys)
-    best = next((r for r in rs if r["fits"]), None)
+    """The fastest configuration predicted to fit a budget asked for (`predict_budget`), or that
+    none does; every figure predicted, with the error measured so far for its kind of device."""
+    budget = predict_budget(a.cfg, prices, keys)
+    base, rs, best = budget.base, budget.rows, budget.best
     err = error_note(base.hardware.device)
     n_fit = sum(r["fits"] for r in rs)
     if best:
@@ -272,7 +359,8 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
         "fits": fits,
         "configs_fit": n_fit,
         "configs_valid": len(rs),
-        "constants": predictor.machine(base).source,
+        "precision": budget.label or base.precision,
+        "constants": budget.predictor.machine(base).source,
         "memory_error": err["mem"],
         "time_error": err["time"],
         "fit_error": err["fit"],
@@ -336,6 +424,7 @@ def predicted_table(frame: pd.DataFrame) -> Table:
             Column("configs_fit", "configs predicted to fit", "int"),
             Column("configs_valid", "configs predicted", "int"),
             Column("recipe", "recipe"),
+            Column("precision", "predicted at"),
         ),
         (
             "Predicted by suite.predict (suite-predict) for the configurations of the search space "

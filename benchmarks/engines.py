@@ -8,20 +8,17 @@ batch is reached; the largest that ran is reported. Models: Pythia-31M and TinyL
 shape shrunk to CPU size (SHRUNK), both on the recipe shrunk to `--seq-len` x `--global-batch`.
 Every trial's record stays in `--work` (`suite-report tables` on it shows the engines table).
 
-    python benchmarks/engines.py [--models pythia-31m,tinyllama-1.1b] [--mem-gib 1.5] [--out FILE]
-    python benchmarks/engines.py --tiny       # a check that it runs (seconds per trial), not a measurement
+    python -m benchmarks.engines [--models pythia-31m,tinyllama-1.1b] [--mem-gib 1.5] [--out FILE]
+    python -m benchmarks.engines --tiny       # a check that it runs (seconds per trial), not a measurement
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.output import RESULTS, ROOT, write_result
 
 # conf/sharding/ names: DeepSpeed's, then FSDP2's mode of equal sharding.
 PAIRS = (("zero2", "fsdp-shard-grad-op"), ("zero3", "fsdp-full-shard"))
@@ -64,7 +61,7 @@ def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path
             largest_micro_batch=best.spec.methods.micro_batch,
             trial_id=best.trial_id,
             step_time_s=m["step_time_s"],
-            step_time_std_s=m["step_time_std_s"],
+            step_time_within_std_s=m["step_time_within_std_s"],
             peak_mem_gib=m["peak_mem_gib"],
             build_peak_mem_gib=m["build_peak_mem_gib"],
             optimizer=m["optimizer"],
@@ -82,11 +79,9 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "results/tmp/engines"))
     ap.add_argument("--out", help="default: results/benchmarks/engines.json (with --tiny: WORK/engines.json)")
     args = ap.parse_args()
-    from suite.record import provenance
-
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
-    out_path = Path(args.out or (work / "engines.json" if args.tiny else ROOT / "results/benchmarks/engines.json"))
+    out_path = Path(args.out or (work / "engines.json" if args.tiny else RESULTS / "engines.json"))
     seq, gb = (32, 4) if args.tiny else (args.seq_len, args.global_batch)
     rows = []
     for model in args.models.split(","):
@@ -108,16 +103,7 @@ def main() -> None:
             print(f"{model}: {ds} against {fsdp}", flush=True)
             sides = [largest_fit(base, s, gb // 2, work) for s in (ds, fsdp)]
             rows.append({"model": model, "overrides": base, "deepspeed": sides[0], "fsdp2": sides[1]})
-    out = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "engines",
-        "tiny": args.tiny,
-        "mem_gib_per_worker": args.mem_gib,
-        "rows": rows,
-        "provenance": provenance("cpu"),
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=1))
+    write_result(out_path, "engines", {"tiny": args.tiny, "mem_gib_per_worker": args.mem_gib, "rows": rows})
 
     def cell(s: dict) -> str:
         if s["largest_micro_batch"] is None:

@@ -1,20 +1,21 @@
 """Figures at scale: how long `suite-report figures` takes for 5,000 trial records.
 
 The records are copies of the real CPU records of tests/fixtures (results and repeats) with only
-their identity changed, as the leaderboard's tests make theirs (tests/test_leaderboard.py's
-`relabel`: model name, GPU profile and count, trial id): every GPU type of conf/hardware/ at 1, 2,
+their identity changed (`relabel`: model name, GPU profile and count, trial id, as the
+leaderboard's tests make theirs): every GPU type of conf/hardware/ at 1, 2,
 4 and 8 GPUs under a few model names. Their measurements are the CPU ones, which is all the
 figures need to be timed. Timed: the whole command in a fresh process (imports, load, estimates,
 figure 5's scoring, six figures written), after one untimed run that fills the trace cache.
 Target: at most 30 s.
 
-    python benchmarks/figures_scale.py [--records 5000] [--runs 3] [--work results/tmp/figures_scale] \
+    python -m benchmarks.figures_scale [--records 5000] [--runs 3] [--work results/tmp/figures_scale] \
         [--out results/benchmarks/figures_scale.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import shutil
@@ -24,9 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+from benchmarks.output import RESULTS, ROOT, write_result
 
 FIXTURES = [ROOT / "tests/fixtures/results", ROOT / "tests/fixtures/repeats"]
 MODELS = ("scale-a", "scale-b", "scale-c", "scale-d", "scale-e")
@@ -34,13 +33,23 @@ COUNTS = (1, 2, 4, 8)
 TARGET_S = 30.0
 
 
+def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
+    """A copy of a real record with only its identity changed: hardware, model name, trial id."""
+    from suite.config import Trial
+    from suite.config.compose import gpu_profiles
+
+    rec = copy.deepcopy(rec)
+    rec["trial"]["hardware"].update(gpu_profiles()[gpu], name=f"{gpu}-x{count}", count=count)
+    rec["trial"]["model"]["name"] = model
+    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    return rec
+
+
 def make_records(folder: Path, n: int) -> int:
     """`n` relabelled copies of the fixtures' records in `folder` (one model name, GPU type and
     count after another, each with every real record), each a trial of its own (records of one
     model on budgets that differ only in their name become one trial: the first is kept);
     returns how many were written."""
-    from test_leaderboard import relabel
-
     from suite.config.compose import gpu_profiles
 
     real = [json.loads(p.read_text()) for d in FIXTURES for p in sorted(d.glob("*.json"))]
@@ -76,14 +85,16 @@ def phases(folder: Path, out: Path) -> dict[str, float]:
     each figure's data and drawing (imports not counted: they are done by then)."""
     from analysis import figures, plotting
     from analysis.estimates import estimated_results
+    from analysis.load import read_results
     from analysis.prices import load_prices
 
     took: dict[str, float] = {}
     t0 = time.perf_counter()
-    df, _ = estimated_results(folder, load_prices())
+    results = read_results(folder)
+    df = estimated_results(results, load_prices())
     took["load_and_estimates_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    x = figures.Inputs(df, str(folder), None, figures.scored(folder))
+    x = figures.Inputs(df, str(folder), None, figures.scored(results))
     took["scoring_s"] = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     for spec in figures.SPECS:
@@ -102,12 +113,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3, help="timed runs after the untimed one")
     ap.add_argument("--work", type=Path, default=ROOT / "results/tmp/figures_scale")
-    ap.add_argument("--out", type=Path, default=ROOT / "results/benchmarks/figures_scale.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "figures_scale.json")
     ap.add_argument("--note", default="", help="the machine and its load, recorded with the result")
     args = ap.parse_args()
-
-    from suite.record import provenance
-
     n = make_records(args.work / "records", args.records)
     print(f"{n} records in {args.work / 'records'}")
     first, _ = timed(args.work / "records", args.work / "figures")
@@ -120,8 +128,6 @@ def main() -> None:
     parts = phases(args.work / "records", args.work / "phases")
     print("in one process: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
     result = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "figures_scale",
         "records": n,
         "command": f"suite-report figures {args.work / 'records'} --out {args.work / 'figures'}",
         "first_run_s": first,
@@ -131,10 +137,8 @@ def main() -> None:
         "target_s": TARGET_S,
         "printed": printed.splitlines(),
         "note": args.note,
-        "provenance": provenance("cpu"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_result(args.out, "figures_scale", result)
     print(f"median of {len(times)}: {result['median_s']:.1f} s (target <= {TARGET_S:g} s) -> {args.out}")
 
 

@@ -2,23 +2,22 @@
 trial line and to its last table (setup's share and each DeepSpeed op's build time included),
 the demo again with setup done, and the two test tiers.
 
-    python benchmarks/first_minutes.py                    # fresh clone + demo, then demo with setup done
-    python benchmarks/first_minutes.py --cold-ops         # the same with no DeepSpeed op built (an empty
+    python -m benchmarks.first_minutes                    # fresh clone + demo, then demo with setup done
+    python -m benchmarks.first_minutes --cold-ops         # the same with no DeepSpeed op built (an empty
                                                           #   TORCH_EXTENSIONS_DIR): the first machine
-    python benchmarks/first_minutes.py --cold-pip         # pip without its cache: every package fetched
-    python benchmarks/first_minutes.py --tests            # also bash scripts/test.sh --quick and bash scripts/test.sh
-    python benchmarks/first_minutes.py --note "quiet"     # a word on the machine's load, kept with the figures
+    python -m benchmarks.first_minutes --cold-pip         # pip without its cache: every package fetched
+    python -m benchmarks.first_minutes --tests            # also bash scripts/test.sh --quick and bash scripts/test.sh
+    python -m benchmarks.first_minutes --note "quiet"     # a word on the machine's load, kept with the figures
 
 Every command runs as a user types it, in the clone, its output timestamped line by line. The
 figures, the load average before and after each step and the provenance go to
 `results/benchmarks/first_minutes.json` (`--out`). Timings are meaningful on a quiet machine only;
-run it alone (`flock /tmp/cpu.lock python benchmarks/first_minutes.py` on a shared one).
+run it alone (`flock /tmp/cpu.lock python -m benchmarks.first_minutes` on a shared one).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -28,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.output import RESULTS, ROOT, write_result
+from suite.record import provenance
+
 TRIAL_LINE = re.compile(r"^\[ *(ok|oom|timeout|crashed|nan|invalid|unsupported)\] ")
 OP_BUILT = re.compile(r"^  built (\w+) in (\d+) s")
 
@@ -73,7 +74,7 @@ def main() -> int:
         "--cold-pip", action="store_true", help="pip without its cache (PIP_NO_CACHE_DIR): every package fetched"
     )
     ap.add_argument("--note", default="", help="the machine and its load, kept with the figures")
-    ap.add_argument("--out", default=str(ROOT / "results/benchmarks/first_minutes.json"))
+    ap.add_argument("--out", default=str(RESULTS / "first_minutes.json"))
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = ap.parse_args()
 
@@ -93,12 +94,7 @@ def main() -> int:
     if args.tests:
         steps["tests_quick"] = timed(["bash", "scripts/test.sh", "--quick"], clone, env, work / "tests-quick.log")
         steps["tests_all"] = timed(["bash", "scripts/test.sh"], clone, env, work / "tests-all.log")
-    sys.path.insert(0, str(ROOT))
-    from suite.record import provenance
-
     out = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "first_minutes",
         "cold_ops": args.cold_ops,
         "cold_pip": args.cold_pip,
         "note": args.note,
@@ -110,11 +106,10 @@ def main() -> int:
             "tests_quick": 180,
             "tests_all": 600,
         },  # fmt: skip
-        # What was timed is the clone: its revision, not this checkout's now (which may have moved on).
-        "provenance": {**provenance("cpu"), "git_revision": cloned.stdout.strip(), "git_dirty": False},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    # What was timed is the clone: its revision, not this checkout's now (which may have moved on).
+    cloned_here = {**provenance("cpu"), "git_revision": cloned.stdout.strip(), "git_dirty": False}
+    write_result(args.out, "first_minutes", out, provenance=cloned_here)
     for name, s in steps.items():
         ops, load = s["op_build_s"] or "cached", f"{s['load_before']}->{s['load_after']}"
         print(f"{name}: {s['total_s']:.0f} s (exit {s['exit_code']}), first trial line {s['first_trial_line_s']} s, "

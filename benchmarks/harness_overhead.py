@@ -4,7 +4,7 @@ Same model, micro-batch, precision (fp32) and optimizer (AdamW, clip 1.0), one p
 The suite runs its real trial (a fresh worker under a DeepSpeed ZeRO-0 engine, timers with
 device syncs); the bare loop is plain PyTorch in a fresh process. Ratio = suite / bare.
 
-    python benchmarks/harness_overhead.py [--pairs 3] [--out results/benchmarks/harness_overhead.json]
+    python -m benchmarks.harness_overhead [--pairs 3] [--out results/benchmarks/harness_overhead.json]
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+from benchmarks.output import RESULTS, ROOT, write_result
 
 OVERRIDES = [
     "model=pythia-14m",
@@ -39,18 +36,18 @@ def bare(spec: str) -> None:
     """The comparison loop, run in its own process: nothing but PyTorch."""
     import torch
 
-    from suite import models
     from suite.config import Trial
+    from suite.models.build import batch, build
 
     t = Trial.from_dict(json.loads(spec))
     torch.manual_seed(t.measure.seed)
-    model = models.build(t.model, t.methods.attention, t.methods.recompute)
+    model = build(t.model, t.methods.attention, t.methods.recompute)
     r = t.model.recipe
     opt = torch.optim.AdamW(
         model.parameters(), lr=r.lr, betas=tuple(r.betas), weight_decay=r.weight_decay, foreach=True
     )
     gen = torch.Generator().manual_seed(t.measure.seed)
-    pool = [models.batch(t.model, t.methods.micro_batch, gen, "cpu") for _ in range(2)]
+    pool = [batch(t.model, t.methods.micro_batch, gen, "cpu") for _ in range(2)]
     times = []
     for step in range(t.measure.warmup_steps + t.measure.timed_steps):
         t0 = time.perf_counter()
@@ -67,19 +64,19 @@ def bare(spec: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3, help="bare/suite pairs, interleaved")
-    ap.add_argument("--out", default=str(ROOT / "results/benchmarks/harness_overhead.json"))
+    ap.add_argument("--out", default=str(RESULTS / "harness_overhead.json"))
     args = ap.parse_args()
 
     from suite import launch
     from suite.config.compose import trial
-    from suite.record import provenance
 
     t = trial(OVERRIDES)
     env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()))  # what the suite gives its one worker
     pairs = []
     for i in range(args.pairs):
         out = subprocess.run(
-            [sys.executable, __file__, "--bare", json.dumps(t.to_dict())],
+            [sys.executable, "-m", "benchmarks.harness_overhead", "--bare", json.dumps(t.to_dict())],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             env=env,
@@ -93,18 +90,14 @@ def main() -> None:
         pairs.append({"bare_step_time_s": b["step_time_s"], "suite_step_time_s": s["step_time_s"], "ratio": ratio})
         print(f"pair {i + 1}: bare {b['step_time_s']:.4f} s, suite {s['step_time_s']:.4f} s, ratio {ratio:.3f}")
     result = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "harness_overhead",
         "overrides": OVERRIDES,
         "trial": t.to_dict(),
         "pairs": pairs,
         "ratio_first": pairs[0]["ratio"],
         "ratio_median": statistics.median(p["ratio"] for p in pairs),
         "target": 1.03,
-        "provenance": provenance("cpu"),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    write_result(args.out, "harness_overhead", result)
     print(
         f"ratio (first pair) {result['ratio_first']:.3f}, median of {len(pairs)} {result['ratio_median']:.3f} "
         f"(target <= 1.03) -> {args.out}"

@@ -2,16 +2,16 @@
 the store has), and score the predictor against every trial; plus a plausibility check of the
 GPU profiles against published well-tuned runs.
 
-    python benchmarks/prediction_accuracy.py                      # calibrate, 8 models x 48 trials, score
-    python benchmarks/prediction_accuracy.py --publish            # also results/accuracy/cpu.json, for suite-predict
-    python benchmarks/prediction_accuracy.py --repeats 2          # each trial run twice, scored on the median
-    python benchmarks/prediction_accuracy.py --tiny               # the same end to end on a tiny setting (minutes)
-    python benchmarks/prediction_accuracy.py --models qwen2-tied-384,gpt2-256   # some models only
-    python benchmarks/prediction_accuracy.py --plausibility       # GPU predictions against MPT-1B and TinyLlama only
-    python benchmarks/prediction_accuracy.py --memory-only        # one timed step per trial: memory and fit/oom only
-    python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --out X.json
+    python -m benchmarks.prediction_accuracy                      # calibrate, 8 models x 48 trials, score
+    python -m benchmarks.prediction_accuracy --publish            # also results/accuracy/cpu.json, for suite-predict
+    python -m benchmarks.prediction_accuracy --repeats 2          # each trial run twice, scored on the median
+    python -m benchmarks.prediction_accuracy --tiny               # the same end to end on a tiny setting (minutes)
+    python -m benchmarks.prediction_accuracy --models qwen2-tied-384,gpt2-256   # some models only
+    python -m benchmarks.prediction_accuracy --plausibility       # GPU predictions against MPT-1B and TinyLlama only
+    python -m benchmarks.prediction_accuracy --memory-only        # one timed step per trial: memory and fit/oom only
+    python -m benchmarks.prediction_accuracy --rescore RESULT.json ... CAL.json ... --out X.json
                                      # results' step times predicted again from each calibration
-    python benchmarks/prediction_accuracy.py --rescore RESULT.json ... CAL.json ... --memory-only --out X.json
+    python -m benchmarks.prediction_accuracy --rescore RESULT.json ... CAL.json ... --memory-only --out X.json
                                      # results' peak memory and fit/oom predicted again (no timing)
 
 Models: pythia-14m, pythia-31m, a Llama-shaped model that is not in conf/ (hidden 384, 6
@@ -39,15 +39,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from suite.config.schema import SearchConfig  # noqa: E402 - after the checkout is on the path
-from suite.record import Record  # noqa: E402
-from suite.search import shardings  # noqa: E402
+from benchmarks.output import RESULTS, ROOT, write_result
+from suite.config.schema import SearchConfig
+from suite.record import Record
+from suite.space import shardings
 
 # The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
 SHAPE_384 = [
@@ -134,7 +132,7 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
     import itertools
 
     from suite.config.compose import trial
-    from suite.search import with_methods
+    from suite.space import with_methods
 
     out = []
     for name, overrides in MODELS.items():
@@ -179,21 +177,16 @@ def measure(ts, store_dir: Path) -> list[Record]:
 
 
 def plausibility() -> list[dict]:
-    from analysis.predicted import configurations
-    from suite.config.compose import compose, trial_from_cfg
-    from suite.predict import Predictor
+    """The best configuration `suite-predict` names for each model and budget of PUBLISHED, with its
+    tokens/s per GPU and MFU beside the published ones."""
+    from analysis.predicted import composed, predict_budget
+    from analysis.prices import gpu_keys, load_prices
 
     rows = []
+    prices, keys = load_prices(), gpu_keys()
     for label, (model, hardware, tokens, mfu) in PUBLISHED.items():
-        cfg = compose([f"model={model}", f"hardware={hardware}"])
-        base = trial_from_cfg(cfg)
-        pred = Predictor()
-        best = None
-        for t in configurations(base, SearchConfig(**cfg.search)):
-            p = pred.predict(t)
-            if p.fits and (best is None or p.step_time_s < best[1].step_time_s):
-                best = (t, p)
-        t, p = best
+        best = predict_budget(composed([f"model={model}", f"hardware={hardware}"]), prices, keys).best
+        t, per_gpu = best["trial"], best["tokens_per_s"] / best["trial"].devices
         rows.append(
             {
                 "published": label,
@@ -205,13 +198,13 @@ def plausibility() -> list[dict]:
                     k: getattr(t.methods, k)
                     for k in ("engine", "zero_stage", "reshard_after_forward", "offload", "recompute", "micro_batch")
                 },
-                "predicted_tokens_per_s_per_gpu": p.tokens_per_s / t.devices,
-                "predicted_mfu": p.mfu,
+                "predicted_tokens_per_s_per_gpu": per_gpu,
+                "predicted_mfu": best["mfu"],
             }
         )
         print(
             f"{label}: published {tokens:,} tok/s/GPU at {mfu:.1%} MFU; predicted for {model} on {hardware}: "
-            f"{p.tokens_per_s / t.devices:,.0f} tok/s/GPU at {p.mfu:.1%} MFU (plausibility, not accuracy)"
+            f"{per_gpu:,.0f} tok/s/GPU at {best['mfu']:.1%} MFU (plausibility, not accuracy)"
         )
     return rows
 
@@ -388,8 +381,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats {args.repeats}: give a number of runs >= 1")
-    bench_dir = ROOT / "results/benchmarks"
-    args.out = args.out or str(bench_dir / f"prediction_accuracy{'-rescored' if args.rescore else ''}.json")
+    args.out = args.out or str(RESULTS / f"prediction_accuracy{'-rescored' if args.rescore else ''}.json")
     if args.rescore:
         paths = [Path(p) for p in args.rescore]
         results = [p for p in paths if "records" in json.loads(p.read_text())]
@@ -398,20 +390,14 @@ def main() -> None:
             ap.error("--rescore takes one or more results of this benchmark and one or more calibration files")
         again = rescore_memory if args.memory_only else rescore
         rows = [row for r in results for row in again(r, calibrations)]
-        from suite.record import provenance
-
         what = "memory rescored" if args.memory_only else "rescored"
-        doc = {"schema": "suite.benchmark/1", "benchmark": f"prediction_accuracy {what}", "note": args.note}
-        doc["rows"] = rows
-        Path(args.out).write_text(json.dumps(dict(doc, provenance=provenance("cpu")), indent=1))
-        print(f"wrote {args.out}")
+        print(f"wrote {write_result(args.out, f'prediction_accuracy {what}', {'note': args.note, 'rows': rows})}")
         return
     from analysis.accuracy import render, score, summary
     from suite import paths
-    from suite.record import provenance
-    from suite.store import write_json
+    from suite.files import write_json
 
-    out: dict = {"schema": "suite.benchmark/1", "benchmark": "prediction_accuracy", "note": args.note}
+    out: dict = {"note": args.note}
     if not args.plausibility:
         ts = trials(args.tiny, args.budget_gib, args.memory_only, args.repeats, chosen(ap, args.models))
         out["calibration"] = calibrated(ts[0][1], args.recalibrate, quick=args.tiny)
@@ -435,10 +421,7 @@ def main() -> None:
             write_json(paths.publish_dir() / "cpu.json", s, indent=1)
     if not args.tiny:
         out["plausibility"] = plausibility()
-    out["provenance"] = provenance("cpu")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
-    print(f"wrote {args.out}")
+    print(f"wrote {write_result(args.out, 'prediction_accuracy', out)}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The search replayed against recorded runs: its cost and its winner over many noisy sittings, in seconds.
 
-No trial runs. Each configuration of a grid store (`benchmarks/search_vs_grid.py`'s, 3 runs
+No trial runs. Each configuration of a grid store (`benchmarks.search_vs_grid`'s, 3 runs
 per configuration) takes its grid figure as its true step time, and its out-of-memory outcome
-as it was. The machine's noise is replayed from a store of repeated runs (`benchmarks/
-prediction_accuracy.py --repeats 3`'s): each run's step time over its configuration's median
+as it was. The machine's noise is replayed from a store of repeated runs
+(`benchmarks.prediction_accuracy --repeats 3`'s): each run's step time over its configuration's median
 (or, as a second noise model, over its minimum, with the grid's minimum as the truth), in the
 order the runs were measured, so slow spells come as they came. A replayed search starts at a random point of that
 series and its k-th run takes the k-th factor after it; it runs `suite.search.search` itself,
@@ -14,9 +14,9 @@ For each stop rule (`median`: the best one's median, the rule now; `high`: its i
 end, the rule before) and model it gives, over `--sittings` replays: the search's share of the
 grid's trial seconds (median, p90, max, how many over 20%) and its winner's true step time over
 the grid winner's (median, p90, max, how many over 3%). A replay is a model of the machine, not
-a measurement of the search: search_vs_grid.py measures it.
+a measurement of the search: search_vs_grid measures it.
 
-    python benchmarks/search_replay.py [--grid results/tmp/search_vs_grid/grid]
+    python -m benchmarks.search_replay [--grid results/tmp/search_vs_grid/grid]
         [--noise-store results/tmp/prediction_accuracy-run6] [--sittings 150]
         [--out results/benchmarks/search_replay.json]
 """
@@ -24,18 +24,15 @@ a measurement of the search: search_vs_grid.py measures it.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
-import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from suite.record import Record, add_run  # noqa: E402 - after the checkout is on the path
-from suite.runner import Ran  # noqa: E402
+from benchmarks.output import RESULTS, ROOT, write_result
+from suite.record import Record, add_run
+from suite.runner import Ran
 
 SHARE, WITHIN = 0.20, 0.03  # the search's targets: its share of the grid's time, its winner's distance
 
@@ -46,10 +43,10 @@ def key(methods) -> tuple:
 
 
 def load(d: Path) -> list[Record]:
-    """The ok and out-of-memory trial records of a store (analysis.accuracy's reading of one)."""
-    from analysis.accuracy import records
+    """The ok and out-of-memory trial records of a store (analysis.load's reading of one)."""
+    from analysis.load import read_results
 
-    return [rec for rec, _ in records(d)[0]]
+    return read_results(d).records(("ok", "oom"))
 
 
 def truth(rec: Record, noise: str) -> float:
@@ -158,16 +155,15 @@ def main() -> None:
     ap.add_argument("--models", default="pythia-14m,pythia-31m")
     ap.add_argument("--sittings", type=int, default=150, help="replayed searches per model, rule and noise model")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "results/benchmarks/search_replay.json"))
+    ap.add_argument("--out", default=str(RESULTS / "search_replay.json"))
     args = ap.parse_args()
     if args.sittings < 1:
         ap.error("--sittings must be at least 1")
     from suite import search as S
-    from suite.record import provenance
 
     records = load(Path(args.grid))
     if not records:
-        raise SystemExit(f"no trial records in {args.grid}: run benchmarks/search_vs_grid.py first")
+        raise SystemExit(f"no trial records in {args.grid}: run python -m benchmarks.search_vs_grid first")
     rules = {"median": S.stop_reference, "high": lambda best: best.interval.hi}
     cells, noise_about = [], {}
     for noise in ("median", "min"):
@@ -189,8 +185,6 @@ def main() -> None:
                     f"{ws['over_target']}/{args.sittings}"
                 )
     out = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "search_replay",
         "setting": {
             "grid": args.grid,
             "grid_records": len(records),
@@ -200,10 +194,8 @@ def main() -> None:
         },
         "cells": cells,
         "targets": {"share": SHARE, "winner_within": WITHIN},
-        "provenance": provenance("cpu"),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    write_result(args.out, "search_replay", out)
     print(f"-> {args.out}")
 
 

@@ -14,9 +14,9 @@ into a fresh store, and compares every search run with the grid:
 
 Target: every search run's winner equal or tied, at no more than 35% of the grid's time.
 
-    python benchmarks/search_vs_grid.py [--models pythia-14m,pythia-31m] [--repeats 3] [--searches 3]
+    python -m benchmarks.search_vs_grid [--models pythia-14m,pythia-31m] [--repeats 3] [--searches 3]
         [--reuse-grid] [--out results/benchmarks/search_vs_grid.json]
-    python benchmarks/search_vs_grid.py --tiny --models pythia-14m --repeats 2 --searches 1   # a check that it runs
+    python -m benchmarks.search_vs_grid --tiny --models pythia-14m --repeats 2 --searches 1   # a check that it runs
 
 `--reuse-grid` keeps the grid already measured in --work: the grid command then serves every
 stored run and measures only the runs missing (say, after raising --repeats).
@@ -32,9 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from suite.record import Record  # noqa: E402 - after the checkout is on the path
+from benchmarks.output import RESULTS, ROOT, write_result
+from suite.record import Record
 
 TARGET_SHARE = 0.35  # repeats (issue: every search run's winner equal or tied, at <= 35% of the grid's time)
 PREDICTOR_SHARE, PREDICTOR_WITHIN = 0.20, 0.03  # the predictor's targets: <= 20% of the grid's time, winner within 3%
@@ -55,15 +54,10 @@ def command(module: str, *overrides: str) -> None:
 
 
 def records(d: Path) -> list[Record]:
-    from suite import record, store
+    """The trial records of a store, as `analysis.load.read_results` reads a results folder."""
+    from analysis.load import read_results
 
-    if not d.exists():
-        return []
-    return [
-        store.load(d, p.stem)
-        for p in sorted(d.glob("*.json"))
-        if json.loads(p.read_text()).get("schema") in record.SCHEMAS
-    ]
+    return read_results(d).records() if d.exists() else []
 
 
 def fastest(ok: list[Record]) -> Record:
@@ -210,16 +204,12 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="a quick check of the benchmark itself, not a measurement")
     ap.add_argument("--note", default="", help="the machine and its load, recorded with the figures")
     args = ap.parse_args()
-    from suite.record import provenance
-
     work = Path(args.work)
     grid_dir, search_root = work / "grid", work / "search"
     shutil.rmtree(search_root, ignore_errors=True)
     if not args.reuse_grid:
         shutil.rmtree(grid_dir, ignore_errors=True)
-    out_path = Path(
-        args.out or (work / "search_vs_grid.json" if args.tiny else ROOT / "results/benchmarks/search_vs_grid.json")
-    )
+    out_path = Path(args.out or (work / "search_vs_grid.json" if args.tiny else RESULTS / "search_vs_grid.json"))
     common = ["wandb.mode=disabled", *(TINY_COMMON if args.tiny else [])]
     grid = [f"model={args.models}", f"measure.repeats={args.repeats}", f"store.dir={grid_dir}", *common]
     command("bench", "-m", "experiment=cpu-grid", *grid, *(TINY_GRID if args.tiny else []))
@@ -227,17 +217,13 @@ def main() -> None:
     total = totals(rows)
     setting = {"models": args.models.split(","), "grid_repeats": args.repeats, "searches_per_model": args.searches}
     out = {
-        "schema": "suite.benchmark/1",
-        "benchmark": "search_vs_grid",
         "setting": {**setting, "tiny": args.tiny, "note": args.note},
         "models": rows,
         "total": total,
         "target_share": TARGET_SHARE,
         "predictor_targets": {"share": PREDICTOR_SHARE, "winner_within": PREDICTOR_WITHIN},
-        "provenance": provenance("cpu"),
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=1))
+    write_result(out_path, "search_vs_grid", out)
     show(rows, total, out_path)
 
 

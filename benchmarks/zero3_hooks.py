@@ -7,7 +7,7 @@ counts, gives the cost per collective; how it moves with the micro-batch (the co
 the host's time adds to the kernels' (the same at every micro-batch) or overlaps them (smaller where
 there is more compute). Run where the GPU check runs (its environment: scripts/gpu-check.sh sets it):
 
-    PYTHONPATH=$PWD:/tmp/gpu-check-site DS_ACCELERATOR=cuda python benchmarks/zero3_hooks.py OUT_DIR
+    PYTHONPATH=$PWD:/tmp/gpu-check-site DS_ACCELERATOR=cuda python -m benchmarks.zero3_hooks OUT_DIR
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.output import write_result
 from suite import detect
 from suite.gpu_check import plan
 from suite.gpu_check.plan import Check
@@ -57,7 +58,7 @@ def main() -> None:
                 )
                 print(json.dumps(rows[-1]), flush=True)
     summary = summarize(rows, base)
-    (out / "zero3_hooks.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    write_result(out / "zero3_hooks.json", "zero3_hooks", {"rows": rows, "summary": summary}, device="cuda")
     print(json.dumps(summary, indent=1))
 
 

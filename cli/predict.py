@@ -7,10 +7,13 @@ has measured, every figure labelled predicted and shown with the error measured 
     suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 search.fixed=true \
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
+    suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
 
-Overrides are Hydra's, as for suite-bench (conf/). The configurations are the methods of `search.*`
-times every micro-batch dividing the per-device batch (analysis/predicted.py); docs/predictor.md
-says how each figure is made. Writes the table as CSV to reports/predict/. Bad input exits 2.
+Overrides are Hydra's, as for suite-bench (conf/). What is predicted, and which is best, is
+`analysis.predicted.predict_budget`, the answer of `suite-report tables --predict` too: the
+configurations of `search.*` (suite/space.py) at every micro-batch dividing the per-device batch, a
+bf16 recipe at fp16 on a GPU without bf16; docs/predictor.md says how each figure is made. Writes
+the table as CSV to reports/predict/. Bad input exits 2.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis import ReportError
-from analysis.predicted import describe_error, error_note, one_hardware
+from analysis.predicted import describe_error, error_note, predict_all
 from analysis.prices import gpu_keys, load_prices
 from suite.config import compose
-from suite.config.schema import GPU_COUNTS, Trial
+from suite.config.schema import Trial
 
 OUT_DIR = Path("reports/predict")
 CSV_FIELDS = (
@@ -59,91 +62,38 @@ def table(rs: list[dict], err: dict[str, str]) -> list[str]:
     return [head, "-" * len(head)] + [f"{i:>3}  {r['config']:<48} {_cells(r)}" for i, r in enumerate(rs, 1)]
 
 
-def budgets(overrides: list[str]) -> list[list[str]]:
-    """The hardware overrides to predict: the one given, or with hardware=all every GPU type at
-    every count of one node."""
-    if "hardware=all" not in overrides:
-        return [[]]
-    return [[f"hardware={gpu}", f"hardware.count={n}"] for gpu in compose.gpu_profiles() for n in GPU_COUNTS]
-
-
-def composer(rest: list[str]):
-    """compose(rest + hardware + extra), with Hydra run once per `extra` where no override of
-    `rest` touches hardware: the other GPU types of hardware=all are swapped in
-    (`compose.with_hardware`), 25 s -> a few for 84 budgets."""
-    own = any(o.split("=", 1)[0].lstrip("+~").startswith(("hardware", "experiment")) for o in rest)
-    bases: dict[tuple[str, ...], object] = {}
-
-    def composed(hardware: list[str], extra: list[str]):
-        pair = len(hardware) == 2 and hardware[0].startswith("hardware=") and hardware[1].startswith("hardware.count=")
-        if own or not pair:
-            return compose.compose(rest + hardware + extra)
-        gpu, count = (h.partition("=")[2] for h in hardware)
-        if tuple(extra) not in bases:
-            bases[tuple(extra)] = compose.compose(rest + hardware + extra)
-        return compose.with_hardware(bases[tuple(extra)], gpu, int(count))
-
-    return composed
-
-
-def _one(composed, hardware: list[str], every: bool, prices, keys):
-    """(base, rows, predictor, label) of one budget. Under hardware=all a profile that cannot run
-    the recipe's precision (bf16 on a V100) is predicted at fp16, and says so; one that cannot run
-    the model at all is a row saying why (rows None), never the end of the command."""
-    from suite.predict import Predictor
-    from suite.predict.machine import NotCalibrated
-    from suite.predict.timing import Network
-
-    label = ""
-    for extra in ([], ["methods.precision=fp16"]) if every else ([],):
-        cfg = composed(hardware, extra)
-        predictor = Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
-        try:
-            base, rs = one_hardware(cfg, predictor, prices, keys)
-            return base, rs, predictor, label
-        except NotCalibrated as e:
-            raise ReportError(str(e)) from None
-        except ReportError as e:
-            if not every:
-                raise
-            label, why = f"fp16 ({cfg.model.recipe.precision} unsupported)", str(e)
-    return compose.trial_from_cfg(cfg), None, predictor, f"cannot run: {why}"
-
-
 def predict_main(overrides: list[str]) -> None:
     every = "hardware=all" in overrides
-    rest = [o for o in overrides if o != "hardware=all"]
-    prices, keys = load_prices(), gpu_keys()
-    summary, written = [], []
-    composed = composer(rest)
-    for hardware in budgets(overrides):
-        base, rs, predictor, label = _one(composed, hardware, every, prices, keys)
-        err = error_note(base.hardware.device)
-        nodes = f" x {base.nodes} nodes ({predictor.network.name})" if base.nodes > 1 else ""
-        budget = base.hardware.name + nodes
-        if every:
-            best = next((r for r in rs if r["fits"]), None) if rs is not None else None
-            summary.append((budget, best, err, label))
-            continue
-        print(f"PREDICTED, not measured: {base.model.name} on {budget} ({base.hardware.mem_gib:g} GiB per device)")
-        print(f"  {len(rs)} valid configurations; constants: {predictor.machine(base).source}")
-        print(f"  error so far: {describe_error(err)}")
-        print("\n".join("  " + line for line in table(rs, err)))
-        written.append(write_csv(base, rs, err))
+    found = predict_all(overrides, load_prices(), gpu_keys())
     if every:
-        model = next((o.split("=", 1)[1] for o in rest if o.startswith("model=")), "the model")
+        model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "the model")
         print(f"PREDICTED, not measured: the best configuration of {model} per hardware profile")
-        err = summary[0][2] if summary else error_note("cuda")
+        err = error_note(found[0].base.hardware.device if found else "cuda")
         head = f"{'hardware':<18} {'best configuration':<48} {_columns(err)}"
         print(head + "\n" + "-" * len(head))
-        for budget, best, _, label in summary:
-            cells = (
-                f"{best['config']:<48} {_cells(best)}" if best else "" if label.startswith("cannot") else "does not fit"
-            )
-            print(f"{budget:<18} {cells}" + (f"  [{label}]" if label else ""))
+        for b in found:
+            best, label = b.best, f"cannot run: {b.why}" if b.why else b.label
+            cells = f"{best['config']:<48} {_cells(best)}" if best else "" if b.why else "does not fit"
+            print(f"{_budget(b):<18} {cells}" + (f"  [{label}]" if label else ""))
         print(f"error so far: {describe_error(err)}")
+        return
+    written = []
+    for b in found:
+        base, err = b.base, error_note(b.base.hardware.device)
+        at = f", at {b.label}" if b.label else ""
+        per_device = f"{base.hardware.mem_gib:g} GiB per device{at}"
+        print(f"PREDICTED, not measured: {base.model.name} on {_budget(b)} ({per_device})")
+        print(f"  {len(b.rows)} valid configurations; constants: {b.predictor.machine(base).source}")
+        print(f"  error so far: {describe_error(err)}")
+        print("\n".join("  " + line for line in table(b.rows, err)))
+        written.append(write_csv(base, b.rows, err))
     for path in written:
         print(f"wrote {path}")
+
+
+def _budget(b) -> str:
+    nodes = f" x {b.base.nodes} nodes ({b.predictor.network.name})" if b.base.nodes > 1 else ""
+    return b.base.hardware.name + nodes
 
 
 def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
@@ -173,6 +123,24 @@ def calibrate_main(overrides: list[str], quick: bool) -> None:
     print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
 
 
+def published_main(args: list[str]) -> None:
+    """Every published training run predicted and scored, out of sample (analysis/published_runs.py);
+    --publish writes results/accuracy/cuda-published.json, the error every GPU figure is shown with."""
+    import argparse
+
+    from analysis import published_runs
+
+    ap = argparse.ArgumentParser(prog="suite-predict published-accuracy", description=published_main.__doc__)
+    ap.add_argument("--publish", action="store_true", help="write results/accuracy/cuda-published.json")
+    ap.add_argument("--no-fit", action="store_true", help="the cited constants alone: every sustained fraction 1.0")
+    ap.add_argument("--rows", type=int, default=0, help="score only the first N expressible runs (a check)")
+    a = ap.parse_args(args)
+    s, recs = published_runs.run(a.rows, fit=not a.no_fit)
+    print(published_runs.report(s))
+    if a.publish:
+        print(f"wrote {published_runs.publish(s, recs)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -184,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "calibrate":
             calibrate_main([a for a in args[1:] if a != "--quick"], "--quick" in args)
+        elif args and args[0] == "published-accuracy":
+            published_main(args[1:])
         else:
             predict_main(args)
     except (ReportError, HydraException, OmegaConfBaseException, compose.OverrideError) as e:

@@ -9,8 +9,9 @@
     suite-report accuracy results/runs [--publish]  # predicted against measured (suite.predict), accuracy.json written
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
-arguments and a function running it. A bad path, argument or price table exits 2 with a
-message saying what to change; files skipped while loading are listed on stderr.
+arguments and a function running it. Each reads its results folder once (`analysis.load`) and
+passes what it read along. A bad path, argument or price table exits 2 with a message saying what
+to change; files skipped while loading are listed on stderr.
 """
 
 from __future__ import annotations
@@ -26,17 +27,23 @@ import pandas as pd
 
 from analysis import ReportError, render
 from analysis.estimates import ANALYTIC_MFU, estimated_results
+from analysis.load import Results, read_results
 from analysis.prices import PRICES_DIR, load_prices
 
 SELECTORS = ("model", "hardware", "nodes", "trial")
 
 
-def analysed(args: argparse.Namespace) -> pd.DataFrame:
-    """The results under args.path with estimates, after reporting any file skipped."""
-    df, skipped = estimated_results(args.path, load_prices(args.prices), args.analytic_mfu)
-    for message in skipped:
+def loaded(args: argparse.Namespace) -> Results:
+    """The results under args.path, read once, after reporting any file skipped."""
+    results = read_results(args.path)
+    for message in results.messages:
         print(message, file=sys.stderr)
-    return df
+    return results
+
+
+def analysed(args: argparse.Namespace, results: Results) -> pd.DataFrame:
+    """The frame of `results` with its estimates."""
+    return estimated_results(results, load_prices(args.prices), args.analytic_mfu)
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -66,7 +73,7 @@ def run_tables(args: argparse.Namespace) -> None:
 
     prices = load_prices(args.prices)
     chosen = asked(args.predict)  # every --predict checked before the results load: a typo fails at once
-    tables = report(analysed(args), published_estimates(prices), prices)
+    tables = report(analysed(args, loaded(args)), published_estimates(prices), prices)
     for t in tables:
         if t.name != "trials":  # every trial is in the files, too long for a terminal
             print(render.to_markdown(t))
@@ -92,9 +99,10 @@ def run_figures(args: argparse.Namespace) -> None:
     from analysis.predicted import asked, predicted_frame
 
     chosen = asked(args.predict)
-    df = analysed(args)
+    results = loaded(args)
+    df = analysed(args, results)
     predicted = predicted_frame(chosen, load_prices(args.prices)) if chosen else None
-    figures = select(Inputs(df, str(args.path), predicted, scored(args.path)), args.model, args.budget)
+    figures = select(Inputs(df, str(args.path), predicted, scored(results)), args.model, args.budget)
     print("\n".join(describe(write_figures(figures, args.out))))
 
 
@@ -131,7 +139,7 @@ def run_export(args: argparse.Namespace) -> None:
     from analysis.export import export_winner, measured, write_export
 
     chosen = selection(args.select)
-    df = analysed(args)
+    df = analysed(args, loaded(args))
     nodes = int(chosen.get("nodes", "1"))
     w = export_winner(df, chosen.get("model"), chosen.get("hardware"), nodes, chosen.get("trial"), args.script)
     r = w.row
@@ -167,9 +175,7 @@ def run_leaderboard(args: argparse.Namespace) -> None:
 
     chosen = asked(args.predict)
     figures = None if args.no_figures else args.figures or args.out.parent / "figures"
-    path, skipped, written = write_leaderboard(args.path, args.out, args.prices, args.analytic_mfu, chosen, figures)
-    for message in skipped:
-        print(message, file=sys.stderr)
+    path, written = write_leaderboard(loaded(args), args.out, args.prices, args.analytic_mfu, chosen, figures)
     if written:
         print("\n".join(describe(written)))
     print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")
@@ -191,8 +197,6 @@ def add_accuracy(p: argparse.ArgumentParser) -> None:
 def run_accuracy(args: argparse.Namespace) -> None:
     from analysis.accuracy import run
 
-    if not args.path.exists():
-        raise ReportError(f"{args.path} does not exist")
     run(args.path, args.out, args.publish, args.note)
     print(f"wrote {args.out / 'accuracy.json'} and {args.out / 'accuracy.csv'}")
 

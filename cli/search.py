@@ -33,12 +33,7 @@ from suite.search import SearchReport, log_of, search, search_problems
 
 
 def describe_interval(rec: Record) -> str:
-    if rec.n_runs == 1:
-        return f"{rec.step_time_s:.3f} s/step (a single run: no interval)"
-    iv = rec.interval
-    return (
-        f"{rec.step_time_s:.3f} s/step (median of {rec.n_runs} runs; {iv.level:.1%} interval {iv.lo:.3f}-{iv.hi:.3f} s)"
-    )
+    return f"{rec.step_time_s:.3f} s/step ({rec.measured_phrase()})"
 
 
 def micro_batch_lines(report: SearchReport) -> list[str]:
@@ -71,13 +66,13 @@ def summary(base: Trial, report: SearchReport) -> str:
     if best is None:
         lines.append("  no configuration fits this budget")
         return "\n".join(lines)
-    t, m, iv = report.trials[best.trial_id], best.metrics, best.interval
+    t, iv = report.trials[best.trial_id], best.interval
     steps = t.model.recipe.train_steps
     days, lo, hi = (training_days(x, steps) for x in (best.step_time_s, iv.lo, iv.hi))
-    mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a"
+    mfu = f"{best.mfu:.1%}" if best.mfu is not None else "n/a"
     lines.append(
         f"  best: {methods_label(t)} micro-batch {t.methods.micro_batch} x GAS {t.gas}: {describe_interval(best)}, "
-        f"peak {m['peak_mem_gib']:.2f} GiB, MFU {mfu}, {days:.1f} days ({lo:.1f}-{hi:.1f}) for {steps:,} steps"
+        f"peak {best.peak_mem_gib:.2f} GiB, MFU {mfu}, {days:.1f} days ({lo:.1f}-{hi:.1f}) for {steps:,} steps"
     )
     lines.append(f"  result: {best.trial_id}.json")
     lines.append(f"  confirmation: {report.confirmed}")

@@ -16,6 +16,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from analysis.load import read_results
 from leaderboard.render import write_leaderboard
 
 
@@ -27,5 +28,5 @@ class WriteLeaderboard(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         results = Path(config.store.dir)
-        path, _, _ = write_leaderboard(results, self.out or results / "leaderboard.html")
+        path, _ = write_leaderboard(read_results(results), self.out or results / "leaderboard.html")
         print(f"Leaderboard: {path.resolve()}  (open it in a browser)", flush=True)

@@ -9,6 +9,9 @@
   const PALETTE = ["#0b62a3", "#d1495b", "#2e7d4f", "#8a5cb8", "#e08e0b", "#00798c", "#6b4226", "#c2549d",
     "#4d6d9a", "#7a828b"];
   const ENGINE_NAMES = DATA.engines; // suite.labels.ENGINES
+  // What the page knows of each metric it lists: label, unit, format, meaning (suite/metric_table.py).
+  const METRICS = DATA.metrics;
+  const METRIC = Object.fromEntries(METRICS.map((m) => [m.name, m]));
   const FAILED_NOTE = "out of memory, timed out, crashed, invalid or unsupported on this budget";
 
   const state = { sort: null, dir: 1, open: new Set() };
@@ -43,8 +46,22 @@
     days: (x) => (x < 0.1 ? x.toPrecision(2) : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : grouped(x, 0)),
     usd: (x) => "$" + grouped(x, 0),
     sci: (x) => x.toPrecision(3),
+    yesno: (x) => (x ? "yes" : "no"),
+    text: (x) => String(x),
   };
   const fmt = (x, kind) => (has(x) ? FMT[kind](x) : na);
+  // A metric's name and value as the table gives them; a token is an image for an image model.
+  const inUnits = (text, r) => (r && r.unit === "image" ? text.replace(/token/g, "image") : text);
+  // A unit is said after the figure unless the label says it already ("tokens/s"); a fraction shows as a percentage.
+  const unitShown = (m) => m.unit && m.unit !== "fraction" &&
+    !new RegExp(`\\b${m.unit.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}s?\\b`).test(m.label);
+  const metricLabel = (name, r) => inUnits(METRIC[name].label, r);
+  const withUnit = (name) => METRIC[name].label + (unitShown(METRIC[name]) ? ` (${METRIC[name].unit})` : "");
+  const metricHead = (name) => withUnit(name).charAt(0).toUpperCase() + withUnit(name).slice(1);
+  const metricText = (name, x, r) => {
+    const m = METRIC[name];
+    return fmt(x, m.format) + (has(x) && unitShown(m) ? ` ${inUnits(m.unit, r)}` : "");
+  };
   // A figure with the interval of the median it comes from, "[lo, hi]", unless a single run made it (no interval).
   const hasInterval = (x, lo, hi) => has(x) && has(lo) && has(hi) && lo !== hi;
   const intervalText = (lo, hi, kind) => `[${fmt(lo, kind)}, ${fmt(hi, kind)}]`;
@@ -65,6 +82,12 @@
 
   // ---- the table ---------------------------------------------------------------------------
 
+  // A column of one metric of the frame, its header, meaning and format the metric table's.
+  function metricColumn(name) {
+    const m = METRIC[name];
+    return { key: name, label: metricHead(name), num: true, title: m.description, cell: (r) => fmt(r[name], m.format) };
+  }
+
   const COLUMNS = [
     { key: "best", label: "", title: "Fastest configuration of its budget (\u2606: tied with it)", cls: "star",
       cell: (r) => {
@@ -79,7 +102,7 @@
     { key: "micro_batch", label: "Micro-batch", num: true, title: "micro-batch per device \u00d7 accumulation steps",
       cell: (r) => (has(r.gas) ? `${r.micro_batch} \u00d7 ${r.gas}` : String(r.micro_batch)) },
     { key: "outcome", label: "Status", cell: (r) => el("span", { class: `status ${r.outcome}`, text: r.outcome }) },
-    { key: "step_time_s", label: "Step (s)", num: true,
+    { key: "step_time_s", label: metricHead("step_time_s"), num: true,
       title: "median optimizer step of the trial's runs at the recipe's global batch, [its interval], runs",
       cell: (r) => {
         if (!has(r.step_time_s)) return na;
@@ -90,11 +113,11 @@
           text: "noisy" }));
         return out;
       } },
-    { key: "tokens_per_s", label: "Tokens/s", num: true, title: "text tokens per second, or images for an image model",
+    { key: "tokens_per_s", label: metricHead("tokens_per_s"), num: true,
+      title: `${METRIC.tokens_per_s.description}: text tokens, or images for an image model`,
       cell: (r) => (r.unit === "image" && has(r.tokens_per_s) ? `${fmt(r.tokens_per_s, "int")} img` : fmt(r.tokens_per_s, "int")) },
-    { key: "mfu", label: "MFU", num: true, title: "model FLOPs utilization (n/a on CPU)", cell: (r) => fmt(r.mfu, "pct") },
-    { key: "peak_mem_gib", label: "Peak mem (GiB)", num: true, title: "largest peak of any device or worker",
-      cell: (r) => fmt(r.peak_mem_gib, "gib") },
+    metricColumn("mfu"),
+    metricColumn("peak_mem_gib"),
     { key: "days", label: "Days", num: true, title: "days to train the full recipe [at the interval's ends]",
       cell: (r) => withInterval(r.days, r.days_lo, r.days_hi, "days") },
     { key: "cloud_cost_usd", label: "Cloud cost", num: true,
@@ -231,7 +254,6 @@
     const runs = rec.runs || [];
     const versions = Object.entries(p.versions || {}).filter(([, v]) => has(v)).map(([k, v]) => `${k} ${v}`);
     const wall = has(rec.wall_s) ? `${rec.wall_s.toFixed(1)} s` : null;
-    const measured = has(m.gas_measured) ? `, ${m.gas_measured} measured${m.extrapolated ? ", extrapolated" : ""}` : "";
     box.append(el("div", { class: "detail-grid" },
       section("Trial", [
         ["trial id", r.trial_id], ["sweep", rec.sweep], ["model", r.model], ["recipe", r.recipe],
@@ -248,15 +270,7 @@
           "none: a single run has no interval"],
         ["spread between runs", has(m.step_time_between_std_s) ? `\u00b1 ${fmt(m.step_time_between_std_s, "s")} s` : null],
         ["spread within a run", has(m.step_time_within_std_s) ? `\u00b1 ${fmt(m.step_time_within_std_s, "s")} s` : null],
-        ["timed steps per run", m.timed_steps],
-        ["noisy", m.noisy ? "yes (within a run)" : "no"],
-        ["accumulation", `${m.gas} micro-steps${measured}`],
-        [`${units(r)} per step`, fmt(m.tokens_per_step, "int")], [`${units(r)}/s`, fmt(m.tokens_per_s, "int")],
-        [`${units(r)}/s per device`, fmt(m.tokens_per_s_per_device, "int")],
-        ["MFU / HFU", `${fmt(m.mfu, "pct")} / ${fmt(m.hfu, "pct")}`],
-        ["peak memory", `${fmt(m.peak_mem_gib, "gib")} GiB` +
-          (has(m.peak_reserved_gib) ? ` allocated, ${fmt(m.peak_reserved_gib, "gib")} GiB reserved` : "")],
-        ["parameters", fmt(m.n_params, "int")], ["model FLOPs/token", fmt(m.model_flops_per_token, "sci")],
+        ...listedMetrics(m, r),
         [r.runs > 1 ? `wall time of ${r.runs} runs` : "wall time", wall],
       ]),
       section("Time to train and cost", failed(r) ? [["estimate", "none: this configuration did not run"]] : [
@@ -284,16 +298,23 @@
     return el("tr", { class: "detail" }, el("td", { colspan: String(COLUMNS.length) }, box));
   }
 
+  // Every labelled metric of a record that is not of the step-time lines above it (the median and
+  // what the runs together make of it) nor of each run alone (the runs' table), in the table's order.
+  function listedMetrics(m, r) {
+    return METRICS.filter((x) => x.name !== "step_time_s" && x.over_runs !== "of the runs" && x.over_runs !== "per run"
+      && m[x.name] !== undefined).map((x) => [metricLabel(x.name, r), metricText(x.name, m[x.name], r)]);
+  }
+
   // Every run of the trial, each in fresh processes: what the median and its interval come from.
+  const RUN_METRICS = ["step_time_s", "step_time_std_s", "peak_mem_gib"];
   function runTable(runs) {
-    const head = el("tr", {}, ...["run", "outcome", "step (s)", "within-run std (s)", "peak GiB", "wall (s)", "date"]
-      .map((h) => el("th", { scope: "col", text: h })));
+    const heads = ["run", "outcome", ...RUN_METRICS.map(withUnit), "wall (s)", "date"];
+    const head = el("tr", {}, ...heads.map((h) => el("th", { scope: "col", text: h })));
     const body = runs.map((run, i) => {
       const m = run.metrics || {};
       const p = run.provenance || {};
-      return el("tr", {}, ...[String(i + 1), run.outcome, fmt(m.step_time_s, "s"), fmt(m.step_time_std_s, "s"),
-        fmt(m.peak_mem_gib, "gib"), has(run.wall_s) ? run.wall_s.toFixed(1) : na, p.date || na]
-        .map((v) => el("td", { text: v })));
+      return el("tr", {}, ...[String(i + 1), run.outcome, ...RUN_METRICS.map((k) => fmt(m[k], METRIC[k].format)),
+        has(run.wall_s) ? run.wall_s.toFixed(1) : na, p.date || na].map((v) => el("td", { text: v })));
     });
     return el("div", { class: "runs" }, el("h3", { text: `Runs (${runs.length})` }),
       el("table", { class: "run-table" }, el("thead", {}, head), el("tbody", {}, ...body)));

@@ -1,10 +1,12 @@
 """The leaderboard page: trial results as one self-contained HTML file, opened from disk.
 
-`page()` turns a frame from `analysis.load` + `analysis.estimates` into the HTML: the
-template, style and script (page.html, page.css, page.js) and the data are inlined, so the
-file needs no server and no network. Every figure comes from `analysis` (estimates,
-best per budget, the exported winner; predicted rows from `analysis.predicted`, asked for
-with --predict and drawn in a section of their own); this module computes none.
+`page()` turns results read by `analysis.load` and their frame with `analysis.estimates` into
+the HTML: the template, style and script (page.html, page.css, page.js) and the data are
+inlined, so the file needs no server and no network. Every figure comes from `analysis`
+(estimates, best per budget, the exported winner; predicted rows from `analysis.predicted`,
+asked for with --predict and drawn in a section of their own); this module computes none. What
+the page knows of each metric (label, unit, format, meaning) travels with the data, from
+`suite.metric_table`.
 
 Strings from configs and results travel only inside a `<script type="application/json">`
 block with `<`, `>` and `&` escaped, and page.js puts them on the page as text, never as
@@ -33,21 +35,22 @@ import pandas as pd
 from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner
 from analysis.figures import Written, caption
+from analysis.load import Results
 from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
+from suite import metric_table
 from suite.labels import ENGINES, SHARDINGS
-from suite.record import Record
 
-# The frame's columns the page shows or draws (analysis.load and analysis.estimates document them).
+# The frame's columns the page shows or draws (analysis.load and analysis.estimates document them),
+# and every metric of the frame (suite.metric_table.FRAME).
 COLUMNS = (
     "trial_id", "model", "recipe", "hardware", "device", "gpu_name", "n_gpus", "mem_budget_gib",
-    "outcome", "message", "config", "engine", "sharding", "zero_stage", "offload", "recompute", "micro_batch", "gas",
-    "attention", "compile", "precision", "step_time_s", "step_time_ci_lo_s", "step_time_ci_hi_s",
-    "step_time_ci_level", "runs", "step_time_between_std_s", "step_time_within_std_s", "noisy", "tokens_per_s",
-    "unit", "mfu", "peak_mem_gib", "days", "days_lo", "days_hi", "gpu_hours", "cloud_cost_usd", "cloud_cost_lo_usd",
-    "cloud_cost_hi_usd", "cloud_price_source", "owned_cost_usd", "owned_cost_lo_usd", "owned_cost_hi_usd",
-    "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
+    "outcome", "message", "config", "engine", "sharding", "zero_stage", "offload", "recompute", "micro_batch",
+    "attention", "compile", "precision", "unit", "days", "days_lo", "days_hi", "gpu_hours", "cloud_cost_usd",
+    "cloud_cost_lo_usd", "cloud_cost_hi_usd", "cloud_price_source", "owned_cost_usd", "owned_cost_lo_usd",
+    "owned_cost_hi_usd", "owned_hardware_usd", "original_gpus", "original_days", "analytic_days", "analytic_mfu",
+    *metric_table.FRAME,
 )  # fmt: skip
 # What a JSON string may not carry unescaped inside a <script> element.
 JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -79,11 +82,16 @@ def script_json(obj: Any) -> str:
     return re.sub("[<>&\u2028\u2029]", lambda m: JSON_ESCAPES[m.group()], text)
 
 
-def _record(path: str) -> dict[str, Any]:
+def _record(results: Results, trial_id: str, path: str) -> dict[str, Any]:
     """The stored record of a row, for its runs, provenance and full metrics (the frame keeps none whole)."""
-    with open(path) as f:
-        rec = Record.from_json(json.load(f)).to_json()
+    rec = results.record(trial_id).to_json()
     return {k: rec[k] for k in ("sweep", "trial", "metrics", "provenance", "wall_s", "runs")} | {"file": path}
+
+
+def metrics_payload() -> list[dict[str, str]]:
+    """What page.js knows of each metric it lists (`suite.metric_table`: those with a label), in the table's order."""
+    keys = ("name", "label", "unit", "format", "over_runs", "description")
+    return [{k: getattr(m, k) for k in keys} for m in metric_table.TABLE if m.label]
 
 
 def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
@@ -97,11 +105,12 @@ def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
 
 
 def payload(
-    df: pd.DataFrame, skipped: list[str], source: str, prices: Prices, predicted: pd.DataFrame | None = None
+    df: pd.DataFrame, results: Results, prices: Prices, predicted: pd.DataFrame | None = None
 ) -> dict[str, Any]:
-    """Everything page.js draws: one entry per trial, with its record and (if it ran) its export;
-    apart from them, under `predicted`, the predicted rows asked for (analysis.predicted), which
-    page.js draws in a section of their own and never in the measured table, its winners or plots.
+    """Everything page.js draws: one entry per trial of `df` (the estimated frame of `results`),
+    with its record and (if it ran) its export; the metrics' labels, units and formats; apart from
+    them, under `predicted`, the predicted rows asked for (analysis.predicted), which page.js draws
+    in a section of their own and never in the measured table, its winners or plots.
 
     `best`: the fastest of its budget (smallest median); `n_tied`: how many are tied with it;
     `tied`: tied with the fastest of its budget (intervals overlap, analysis.tables)."""
@@ -113,13 +122,13 @@ def payload(
         row["best"] = r["trial_id"] in winners.index
         row["n_tied"] = int(winners.get(r["trial_id"], 0))
         row["tied"] = bool(tied[i])
-        row["record"] = _record(r["file"])
+        row["record"] = _record(results, r["trial_id"], r["file"])
         row["exports"] = _exports(df, r["trial_id"]) if r["outcome"] == "ok" else []
         rows.append(row)
     return {
-        "source": source,
+        "source": str(results.path),
         "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "skipped": skipped,
+        "skipped": results.messages,
         "price_note": (
             "Cloud cost: GPU-hours \u00d7 the on-demand price per GPU-hour in the price table (its source and date "
             f"are in each row's details). Owned cost: {prices.owned_source}, hardware amortized over "
@@ -127,6 +136,7 @@ def payload(
         ),
         "shardings": [{"label": label, "short": short} for label, short in SHARDINGS.items()],
         "engines": ENGINES,
+        "metrics": metrics_payload(),
         "rows": rows,
         "predicted": _predicted_rows(predicted),
     }
@@ -144,23 +154,20 @@ def _sha256(text: str) -> str:
 
 def page(
     df: pd.DataFrame,
-    skipped: list[str],
-    source: str,
+    results: Results,
     prices: Prices,
     predicted: pd.DataFrame | None = None,
     figures: dict[str, list] | None = None,
 ) -> str:
-    """The leaderboard of an estimated frame (analysis.estimates.add_estimates) as one HTML document,
-    with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a section apart
-    and the figures of `figures` (`figures_payload`) under the plots."""
+    """The leaderboard of `results` and their estimated frame `df` (analysis.estimates) as one HTML
+    document, with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a
+    section apart and the figures of `figures` (`figures_payload`) under the plots."""
     style, script = _asset("page.css"), _asset("page.js")
     csp = (
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
-    data = script_json(
-        payload(df, skipped, source, prices, predicted) | {"figures": figures or figures_payload(None, Path())}
-    )
+    data = script_json(payload(df, results, prices, predicted) | {"figures": figures or figures_payload(None, Path())})
     parts = {"csp": csp, "style": style, "script": script, "data": data}
     # One pass over the template: text put in is never scanned for placeholders again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
@@ -197,27 +204,27 @@ def figures_payload(written: Written | None, page_dir: Path) -> dict[str, list]:
 
 
 def write_leaderboard(
-    results: str | Path,
+    results: Results,
     out: str | Path,
     prices_dir: str | Path = PRICES_DIR,
     analytic_mfu: float = ANALYTIC_MFU,
     predict: Sequence[Asked] = (),
     figures: str | Path | None = None,
-) -> tuple[Path, list[str], Written | None]:
-    """Load every result under `results`, estimate, and write the page to `out`, with the
-    (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart and,
+) -> tuple[Path, Written | None]:
+    """Estimate the results read (`analysis.load.read_results`) and write the page to `out`, with
+    the (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart and,
     given a folder `figures`, the figures for a paper written there (analysis.figures) and shown
-    under the plots; returns the page, the files skipped and the figures written."""
+    under the plots; returns the page and the figures written."""
     prices = load_prices(prices_dir)
-    df, skipped = estimated_results(results, prices, analytic_mfu)
+    df = estimated_results(results, prices, analytic_mfu)
     predicted = predicted_frame(list(predict), prices) if predict else None
     target = Path(out)
     written = None
     if figures is not None:
         from analysis.figures import Inputs, scored, write_figures
 
-        written = write_figures(Inputs(df, str(results), predicted, scored(results)), Path(figures))
-    html = page(df, skipped, str(results), prices, predicted, figures_payload(written, target.parent))
+        written = write_figures(Inputs(df, str(results.path), predicted, scored(results)), Path(figures))
+    html = page(df, results, prices, predicted, figures_payload(written, target.parent))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")
-    return target, skipped, written
+    return target, written

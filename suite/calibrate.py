@@ -3,27 +3,13 @@ microbenchmarks and trials of calibration models only, never with the trials the
 scored against. It runs processes and trials, so it lives beside the runner, not in the
 predictor (`suite.predict` only reads what it stores).
 
-The microbenchmarks run in as many processes as the profile has devices, each started like a
-trial's rank (`suite.launch.worker_env`: the same thread counts and allocator settings), all at
-once, so that they share the machine as a trial's ranks do; each figure is the slowest rank's:
+The microbenchmarks (`suite.microbench`) run in as many processes as the profile has devices,
+each started like a trial's rank (`suite.launch.worker_env`: the same thread counts and
+allocator settings), all at once, so that they share the machine as a trial's ranks do; each
+figure is the slowest rank's (`_slowest`), collectives fitted as latency + bytes * steps /
+(N * bus_bps) (`fit_collective`).
 
-    matmul         FLOP/s of torch.mm on a grid of shapes (M, N, K), per dtype
-    attention      FLOP/s of scaled_dot_product_attention, forward and backward, causal, by
-                   (sequence, head dim)
-    memory         bytes/s of an elementwise add (two reads, one write, into a tensor that
-                   exists), from sizes that stay in cache to sizes that stream from memory; on a
-                   GPU also the copies between pinned host memory and the device (offload)
-    operators      CPU: bytes/s of the operators whose pace is their own (softmax, GELU, norms,
-                   ...), results allocated as in a trial, by size (`_op_calls`)
-    first touch    CPU: seconds per byte a fresh allocation costs beyond its writing, by size
-    op overhead    seconds per operator of a tiny module's forward and backward, over the
-                   operators it dispatches: what an operator costs beyond its work
-    collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
-                   4 KiB to 16 MiB, fitted as latency + bytes * steps / (N * bus_bps)
-    adam           parameters per second of torch's AdamW (foreach; fused) and DeepSpeed's own
-                   (FusedAdam; on a CPU, DeepSpeedCPUAdam, which offload steps with)
-
-and, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
+Then, on a CPU worker, its runtime memory: real trials (`suite.launch`) of a model of almost no
 parameters under each engine give the resident memory a trial holds beyond its tensors; one
 bisection of the memory budget on the same trial gives how much more of the RLIMIT_DATA budget
 than resident memory a worker uses. Last, real trials of a calibration model (never a
@@ -33,7 +19,6 @@ step take than their operators and collectives measured alone (`reference_trial`
 `step_scales`). `--quick` measures fewer points and one engine (for tests).
 
 The result is stored as results/calibration/<host>/<hardware>.json (`suite.predict.machine`).
-Run as `python -m suite.calibrate --worker SPEC OUT`, it is one rank of the microbenchmarks.
 """
 
 from __future__ import annotations
@@ -50,289 +35,11 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from suite.config.schema import ModelConfig, Trial
-from suite.metrics import best_time, speed_probe
+from suite.launch import free_port, run_trial, small_thread_stacks, worker_env
+from suite.predict import timing
 from suite.predict.machine import Machine
-
-GRID = {"full": [16, 128, 1024, 4096], "quick": [32, 512]}
-"""Matrix sides measured (M, N and K each); a 16-bit CPU grid stops at 1024 (no matrix unit:
-a 4096-cube takes minutes)."""
-ATTENTION = {"full": ([64, 256, 1024], [32, 64, 128]), "quick": ([64, 256], [32, 64])}
-MEMORY_ELEMENTS = {"full": [2**14, 2**17, 2**20, 2**24], "quick": [2**16, 2**24]}
-"""Elementwise sizes: from cache-resident to memory-bound (the last one is `memory_bps`)."""
-OP_ELEMENTS = {"full": [2**16, 2**22], "quick": [2**22]}
-"""Input sizes of `_op_curves`: cache-resident, and past the caches. Each call allocates its
-results as the trial's operators do, so their first touch is in the pace measured."""
-OP_ROW = 4096
-"""Row length of `_op_curves`' inputs (a softmax or a norm runs along rows)."""
-FIRST_TOUCH_BYTES = {"full": [2**16, 2**18, 2**20, 2**24, 2**26], "quick": [2**18, 2**24]}
-"""Allocation sizes of `_first_touch`: either side of the workers' mmap threshold (128 KiB,
-`suite.launch.worker_env`) up to memory-bound sizes."""
-COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
-
-
-def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
-    """The microbenchmarks of one rank; collective figures need every rank running them."""
-    import torch
-    import torch.distributed as dist
-
-    from suite.methods import DTYPES
-
-    cuda = device == "cuda"
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if cuda:  # as the worker sets them: fp32 matmuls run on tensor cores where the profile says tf32
-        torch.cuda.set_device(dev)
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    def barrier():
-        if world > 1:
-            dist.barrier()
-
-    out: dict = {"matmul": {}, "attention": [], "collectives": {}, "adam": {}}
-    barrier()
-    out["probe_flops"] = speed_probe(dev, sync)
-    for dtype in dtypes:
-        rows = []
-        sides = GRID[mode] if cuda or dtype == "fp32" else [x for x in GRID[mode] if x <= 1024]
-        for m in sides:
-            for n in sides:
-                for k in sides:
-                    a = torch.randn(m, k, device=dev, dtype=DTYPES[dtype])
-                    b = torch.randn(k, n, device=dev, dtype=DTYPES[dtype])
-                    barrier()
-                    s = best_time(lambda a=a, b=b: torch.mm(a, b), sync)
-                    rows.append([m, n, k, 2 * m * n * k / s])
-        out["matmul"][dtype] = rows
-    seqs, dims = ATTENTION[mode]
-    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
-    for s in seqs:
-        for d in dims:
-            shape = (1, 8, s, d)
-            q, k, v = (torch.randn(shape, device=dev, dtype=DTYPES[dtypes[0]], requires_grad=True) for _ in range(3))
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            g = torch.randn_like(o)
-            barrier()
-            fwd = best_time(
-                lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), sync
-            )
-            barrier()
-            bwd = best_time(
-                lambda o=o, q=q, k=k, v=v, g=g: torch.autograd.grad(o, (q, k, v), g, retain_graph=True), sync
-            )
-            # A causal kernel does half the FLOPs counted for it (timing.py applies the same half).
-            f = 0.5 * sdpa_flop_count(shape, shape, shape)
-            bwd_f = 0.5 * sdpa_backward_flop_count(shape, shape, shape, shape)
-            out["attention"].append([s, d, f / fwd, bwd_f / bwd])
-    curve = []
-    for size in MEMORY_ELEMENTS[mode]:
-        x, y, z = (torch.randn(size, device=dev) for _ in range(3))
-        barrier()
-        curve.append([3 * 4 * size, 3 * 4 * size / best_time(lambda x=x, y=y, z=z: torch.add(x, y, out=z), sync)])
-    out["memory_curve"], out["memory_bps"] = curve, curve[-1][1]
-    out["op_overhead_s"] = _op_overhead(dev, sync)
-    out["op_curves"] = {} if cuda else _op_curves(mode, dev, sync, barrier)
-    out["first_touch"] = [] if cuda else _first_touch(mode, sync, barrier)
-    if cuda:  # offload's copies: pinned host memory to the device and back
-        host = torch.empty(size, pin_memory=True)
-        barrier()
-        down = best_time(lambda: x.copy_(host, non_blocking=True), sync)
-        up = best_time(lambda: host.copy_(x, non_blocking=True), sync)
-        out["host_bps"] = 4 * size / max(down, up)
-    if world > 1:
-        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
-            points = _collective(kind, mode, dev, world, sync)
-            if points:
-                out["collectives"][kind] = points
-    out["adam"] = _adam(mode, dev, sync, barrier)
-    return out
-
-
-def _op_calls(x, g) -> dict:
-    """aten operators whose pace is not a plain copy's, with arguments on x (rows x OP_ROW)
-    and a gradient g of its shape: name as the trace records it -> (operator, arguments)."""
-    import torch
-
-    aten = torch.ops.aten
-    rows, cols = x.shape
-    w, bias = torch.ones(cols), torch.zeros(cols)
-    _, mean, rstd = aten.native_layer_norm.default(x, [cols], w, bias, 1e-5)
-    target = torch.randint(0, cols, (rows,))
-    loss_grad, total = torch.tensor(1.0), torch.tensor(float(rows))
-    return {
-        "aten._log_softmax": (aten._log_softmax.default, (x, -1, False)),
-        "aten._log_softmax_backward_data": (
-            aten._log_softmax_backward_data.default,
-            (g, aten._log_softmax.default(x, -1, False), -1, x.dtype),
-        ),
-        "aten._softmax": (aten._softmax.default, (x, -1, False)),
-        "aten._softmax_backward_data": (
-            aten._softmax_backward_data.default,
-            (g, aten._softmax.default(x, -1, False), -1, x.dtype),
-        ),
-        "aten.nll_loss_backward": (aten.nll_loss_backward.default, (loss_grad, x, target, None, 1, -100, total)),
-        "aten.gelu": (aten.gelu.default, (x,)),
-        "aten.gelu_backward": (aten.gelu_backward.default, (g, x)),
-        "aten.silu": (aten.silu.default, (x,)),
-        "aten.silu_backward": (aten.silu_backward.default, (g, x)),
-        "aten.native_layer_norm": (aten.native_layer_norm.default, (x, [cols], w, bias, 1e-5)),
-        "aten.native_layer_norm_backward": (
-            aten.native_layer_norm_backward.default,
-            (g, x, [cols], mean, rstd, w, bias, [True, True, True]),
-        ),
-        "aten.exp": (aten.exp.default, (x,)),
-        "aten.tanh": (aten.tanh.default, (x,)),
-        "aten.pow": (aten.pow.Tensor_Scalar, (x, 2)),
-        "aten.rsqrt": (aten.rsqrt.default, (x,)),
-        "aten.mean": (aten.mean.dim, (x, [-1], True)),
-        "aten.sum": (aten.sum.dim_IntList, (x, [-1], True)),
-        "aten.mul": (aten.mul.Tensor, (x, g)),
-        "aten.div": (aten.div.Tensor, (x, g)),
-        "aten.cat": (aten.cat.default, ([x, g], -1)),
-    }
-
-
-def _op_curves(mode: str, dev, sync, barrier) -> dict[str, list[list[float]]]:
-    """[bytes moved, bytes/s] of each operator of `_op_calls`, by size; bytes are counted as the
-    trace counts them (`suite.predict.trace._bytes` of every tensor argument and result)."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    from suite.predict.trace import _bytes
-
-    out: dict[str, list[list[float]]] = {}
-    for n in OP_ELEMENTS[mode]:
-        x = torch.randn(n // OP_ROW, OP_ROW, device=dev)
-        g = torch.randn_like(x)
-        for name, (op, args) in _op_calls(x, g).items():
-            res = op(*args)
-            tensors = [t for t in tree_flatten((args, res))[0] if isinstance(t, torch.Tensor)]
-            moved = sum(_bytes(t) for t in tensors)
-            barrier()
-            out.setdefault(name, []).append([moved, moved / best_time(lambda op=op, args=args: op(*args), sync)])
-    return out
-
-
-def _first_touch(mode: str, sync, barrier) -> list[list[float]]:
-    """[bytes, seconds per byte]: a fresh tensor written once, less the same write into a
-    tensor that exists: the page faults of memory the allocator takes from the kernel anew
-    (every block from the mmap threshold up, in a worker) and gives back on free."""
-    import torch
-
-    out = []
-    for nbytes in FIRST_TOUCH_BYTES[mode]:
-        n = nbytes // 4
-        z = torch.empty(n)
-        barrier()
-        fresh = best_time(lambda n=n: torch.empty(n).fill_(1.0), sync)
-        reuse = best_time(lambda z=z: z.fill_(1.0), sync)
-        out.append([4 * n, max(0.0, fresh - reuse) / (4 * n)])
-    return out
-
-
-def _op_overhead(dev, sync) -> float:
-    """Seconds per dispatched operator of a tiny module's forward and backward (work ~ 0)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU()) for _ in range(8)]
-    net = torch.nn.Sequential(*layers).to(dev)
-    x = torch.randn(2, 8, device=dev)
-
-    def step():
-        net(x).sum().backward()
-
-    class Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        step()
-    return best_time(step, sync) / Count.n
-
-
-def _collective(kind: str, mode: str, dev, world: int, sync) -> list[list[float]]:
-    import torch
-    import torch.distributed as dist
-
-    points = []
-    for nbytes in COLLECTIVE_BYTES[mode]:
-        n = nbytes // 4
-        n -= n % world
-        buf = torch.ones(n, device=dev)
-        if kind == "all_reduce":
-            fn = lambda buf=buf: dist.all_reduce(buf)  # noqa: E731
-        elif kind == "all_gather":
-            part = torch.ones(n // world, device=dev)
-            fn = lambda buf=buf, part=part: dist.all_gather_into_tensor(buf, part)  # noqa: E731
-        else:
-            part = torch.ones(n // world, device=dev)
-            fn = lambda buf=buf, part=part: dist.reduce_scatter_tensor(part, buf)  # noqa: E731
-        try:
-            dist.barrier()
-            s = best_time(fn, sync, calls=max(2, min(50, 2**22 // nbytes)))
-        except (RuntimeError, NotImplementedError, ValueError):  # not supported by this backend
-            return []
-        points.append([4 * n, s])
-    return points
-
-
-def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
-    """Parameters per second of each AdamW the worker may step with."""
-    import torch
-
-    n = 2**20 if mode == "quick" else 2**22
-    params = [torch.nn.Parameter(torch.randn(n // 16, device=dev)) for _ in range(16)]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
-
-    makers = {
-        "torch": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True),
-        "deepspeed": lambda ps: FusedAdam(ps, lr=1e-4),  # every ZeRO stage's optimizer (suite.methods)
-    }
-    if dev.type == "cuda" or mode == "full":
-        makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)  # FSDP2's
-    if dev.type == "cpu":
-        makers["deepspeed_cpu"] = lambda ps: DeepSpeedCPUAdam(ps, lr=1e-4)  # the optimizer of offload
-    out = {}
-    for name, make in makers.items():
-        try:
-            opt = make(params)
-        except Exception as e:  # noqa: BLE001 - an op that cannot be built here is left out
-            print(f"calibrate: {name} AdamW unavailable: {type(e).__name__}: {e}", file=sys.stderr)
-            continue
-        barrier()
-        out[name] = n / best_time(opt.step, sync, min_s=0.1)
-    return out
-
-
-def worker_main(spec_path: str, out_path: str) -> None:
-    """One rank of the microbenchmarks (run by `calibrate`, like a trial's rank)."""
-    import torch.distributed as dist
-
-    from suite.ops import preload_built_ops
-
-    preload_built_ops()  # DeepSpeed's Adams, without the JIT lock a killed rank could leave behind
-    with open(spec_path) as f:
-        spec = json.load(f)
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    if world > 1:
-        dist.init_process_group("nccl" if spec["device"] == "cuda" else "gloo")
-    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world, spec.get("tf32", False))
-    if world > 1:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, res)
-    else:
-        gathered = [res]
-    if rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(gathered, f)
-    os._exit(0)
+from suite.predict.timing import COLLECTIVE_STEPS
+from suite.predict.trace import traced
 
 
 def _curve(curves: list[list[list[float]]], pick) -> list[list[float]]:
@@ -368,8 +75,6 @@ def _slowest(results: list[dict]) -> dict:
 
 def fit_collective(points: list[list[float]], world: int, kind: str) -> list[float]:
     """[latency, bus bytes/s] by least squares of t = latency + x / bus, x = bytes * steps / N."""
-    from suite.predict.timing import COLLECTIVE_STEPS
-
     steps = COLLECTIVE_STEPS[kind](world)
     xs = [p[0] * steps / world for p in points]
     ts = [p[1] for p in points]
@@ -383,8 +88,6 @@ def fit_collective(points: list[list[float]], world: int, kind: str) -> list[flo
 
 
 def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
-    from suite.launch import free_port, small_thread_stacks, worker_env
-
     with tempfile.TemporaryDirectory(prefix="calibrate-") as d:
         spec, out = os.path.join(d, "spec.json"), os.path.join(d, "out.json")
         with open(spec, "w") as f:
@@ -394,7 +97,7 @@ def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
         for rank in range(t.hardware.count):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "suite.calibrate", "--worker", spec, out],
+                    [sys.executable, "-m", "suite.microbench", spec, out],
                     env=worker_env(t, rank, port),
                     preexec_fn=small_thread_stacks if t.hardware.device == "cpu" else None,
                 )
@@ -435,9 +138,7 @@ def minimal_trial(t: Trial, engine: dict, mem_gib: float = 0.0) -> Trial:
 
 def runtime_memory(t: Trial, mode: str, log) -> tuple[dict[str, float], float]:
     """(resident bytes of the runtime per engine, budget margin bytes), from real minimal trials."""
-    from suite.launch import run_trial
-
-    engines = engines_measured(t, mode)
+    engines = engines_measured(mode)
     runtime: dict[str, float] = {}
     for key, engine in engines.items():
         o = run_trial(minimal_trial(t, engine))
@@ -498,10 +199,6 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: i
     carried its hooks and bookkeeping into the compute of larger models (larger step-time errors
     in benchmarks/prediction_accuracy.py); that cost comes with the engine's collectives, one per
     bucket or module, and so goes with them."""
-    from suite.launch import run_trial
-    from suite.predict import timing
-    from suite.predict.trace import traced
-
     assert next(iter(engines)) == "zero0", "ZeRO-0 gives the compute scale the others use"
     bare = replace(m, step_scale={})
     refs, predicted = {}, {}  # predicted: (compute, communication, optimizer) seconds at scales of 1
@@ -546,14 +243,14 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: i
     return out
 
 
-def engines_measured(t: Trial, mode: str) -> dict[str, dict]:
+def engines_measured(mode: str) -> dict[str, dict]:
     """The engines a calibration measures its runtime memory and loop scales under."""
-    engines = {f"zero{z}": {"zero_stage": z} for z in ([0] if mode == "quick" else [0, 1, 2, 3])}
-    if mode == "full" and hasattr(t.methods, "engine"):  # the schema has a second engine
-        engines["fsdp2"] = {"engine": "fsdp2", "zero_stage": 0}
-    if hasattr(t.methods, "engine"):
-        for e in engines.values():
-            e.setdefault("engine", "deepspeed")
+    zero = [0] if mode == "quick" else [0, 1, 2, 3]
+    engines = {f"zero{z}": {"engine": "deepspeed", "zero_stage": z, "reshard_after_forward": None} for z in zero}
+    if mode == "full":
+        # FSDP2's default mode written out, as `Trial.from_dict` resolves it for the worker: the
+        # prediction `step_scales` compares the run with is of the mode that runs (full_shard).
+        engines["fsdp2"] = {"engine": "fsdp2", "zero_stage": 0, "reshard_after_forward": True}
     return engines
 
 
@@ -600,10 +297,5 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         notes=notes,
     )
     if t.hardware.device == "cpu":  # a GPU's reference needs the datasheet's constants merged first
-        m.step_scale = step_scales(t, m, engines_measured(t, mode), log, REFERENCE_RUNS[mode])
+        m.step_scale = step_scales(t, m, engines_measured(mode), log, REFERENCE_RUNS[mode])
     return m
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        worker_main(sys.argv[2], sys.argv[3])

@@ -61,7 +61,8 @@ def follow(t: Trial, node: launch.Node, sweep: str, run: bool, keep_logs: str) -
     """
     if not run:
         return Record.new(t, sweep, "follower", f"node {node.rank}: node 0 does not run this trial", {}, 0.0)
-    o = launch.run_trial(t, keep_logs=keep_logs, node=node)
-    if not o.recorded:
-        raise ClusterError(f"node {node.rank} of trial {t.id}: {o.outcome}: {o.message}")
-    return Record.new(t, sweep, "follower", f"node {node.rank}: {o.message}", {}, o.wall_s)
+    try:
+        run = launch.run_trial(t, keep_logs=keep_logs, node=node)
+    except launch.NoAccount as e:
+        raise ClusterError(f"node {node.rank} of trial {t.id}: {e}") from e
+    return Record.new(t, sweep, "follower", f"node {node.rank}: {run.message}", {}, run.wall_s)

@@ -39,7 +39,7 @@ partitions to the host as well.
 
 FSDP2 (`torch.distributed.fsdp.fully_shard`, torch 2.13), as `FSDP2.build` sets it up. Each rank
 builds the whole model in fp32 in host memory (4P bytes, as every rank of a Trainer run under FSDP
-does), then `fully_shard` runs on each block (`suite.models.blocks`, or its checkpoint wrapper under
+does), then `fully_shard` runs on each block (`suite.models.recompute.blocks`, or its checkpoint wrapper under
 recomputation) and then on the root (embeddings, final norm, head): each unit's parameters are
 moved to the device and cut into N dim-0 shards, one kept per rank. Per rank: fp32 parameter
 shards 4P/N (the optimizer's master weights), fp32 gradient shards 4P/N, fp32 moments 8P/N
@@ -70,8 +70,10 @@ from typing import Any, Protocol
 
 import torch
 
-from suite import methods, models
+from suite import methods
 from suite.config import Trial
+from suite.models.build import build as build_model
+from suite.models.recompute import blocks as model_blocks
 from suite.ops import preload_built_ops, skip_shm_comm
 
 
@@ -120,7 +122,7 @@ class DeepSpeed:
             skip_shm_comm()  # before init_distributed, which would build and load them
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
         self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas)
-        self.dtype = methods.DTYPES[t.precision]
+        self.dtype = methods.torch_dtype(t.precision)
 
     def build(self) -> None:
         import deepspeed
@@ -139,7 +141,7 @@ class DeepSpeed:
         # (engine.py:2080-2088, buffers keep theirs); ZeRO-3's zero.Init places each partition.
         where = contextlib.nullcontext() if me.zero_stage == 3 else self.device
         with where:
-            model = models.build(t.model, me.attention, me.recompute, dtype=methods.DTYPES[t.precision])
+            model = build_model(t.model, me.attention, me.recompute, dtype=methods.torch_dtype(t.precision))
         # methods.optimizer=torch_fused: no optimizer section in the config, torch's handed in.
         handed = methods.torch_adamw(t, model.parameters()) if me.optimizer == "torch_fused" else None
         self.engine, *_ = deepspeed.initialize(
@@ -215,7 +217,7 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     checkpointed forward and its recomputation, as torchtitan wraps them)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-    blocks = models.blocks(model)
+    blocks = model_blocks(model)
     inner = {id(b) for b in blocks}
     wrapped = [
         m for m in model.modules() if isinstance(m, CheckpointWrapper) and id(m._checkpoint_wrapped_module) in inner
@@ -253,7 +255,7 @@ class FSDP2:
         # fp32 on the host: the sharded fp32 parameters are the optimizer's master weights, and
         # fully_shard moves each unit to the device before cutting it (_fsdp_init.py:369-401).
         with torch.device("cpu"):
-            model = models.build(t.model, me.attention, me.recompute)
+            model = build_model(t.model, me.attention, me.recompute)
         param_dtype, reduce_dtype = methods.fsdp2_dtypes(t)
         shard = {
             "mesh": init_device_mesh(self.device.type, (dist.get_world_size(),)),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite import models
 from suite.config.schema import Trial
+from suite.methods import reshards_after_forward
+from suite.models.arch import attention
 
 SHARDINGS = {
     "DDP": "DDP",
@@ -31,7 +32,7 @@ ENGINES = {"deepspeed": "DeepSpeed", "fsdp2": "FSDP2"}
 def sharding_label(t: Trial) -> str:
     me = t.methods
     if me.engine == "fsdp2":
-        return "FSDP2 full_shard" if me.reshard_after_forward else "FSDP2 shard_grad_op"
+        return "FSDP2 full_shard" if reshards_after_forward(me) else "FSDP2 shard_grad_op"
     return f"ZeRO-{me.zero_stage}" if me.zero_stage else "DDP"
 
 
@@ -44,7 +45,7 @@ def methods_label(t: Trial) -> str:
     """The methods but the micro-batch: sharding, offload, recomputation, attention, compile."""
     me = t.methods
     parts = [sharding_label(t), f"offload={me.offload}", f"recompute={me.recompute}", f"attn={me.attention}"]
-    if getattr(me, "reduce_every_micro_step", False):
+    if me.reduce_every_micro_step:
         parts.insert(1, "reduce=every-micro-step")
     return " ".join(parts + (["compile"] if me.compile else []) + optimizer_label(t))
 
@@ -54,7 +55,7 @@ def memory_methods_label(t: Trial) -> str:
     "DDP" for none of them)."""
     me = t.methods
     parts = [sharding_label(t)]
-    if getattr(me, "reduce_every_micro_step", False):
+    if me.reduce_every_micro_step:
         parts.append("reduce every micro-step")
     if me.offload != "none":
         parts.append(f"offload {me.offload}")
@@ -69,11 +70,11 @@ def config_label(t: Trial, gas: Any, kernel_path: str | None = None) -> str:
     me = t.methods
     parts = [memory_methods_label(t)]
     parts.append(f"mb {me.micro_batch}x{gas}" if gas else f"mb {me.micro_batch}")
-    parts.append(models.attention(t))
+    parts.append(attention(t))
     if me.compile:
         parts.append("compile")
     parts += optimizer_label(t)
-    parts.append(t.precision)
+    parts.append(t.precision + (" tf32" if t.tf32 else ""))
     if kernel_path:
         parts.append(f"kernels {kernel_path}")
     return " ".join(parts)
@@ -94,12 +95,12 @@ def budget_label(t: Trial) -> str:
 def describe(t: Trial) -> str:
     """The trial in one line, with the attention and precision that run."""
     me, r = t.methods, t.model.recipe
-    precision = t.precision
-    if me.precision == "recipe" and precision != r.precision:
-        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {precision})"
+    precision = t.precision + (" tf32" if t.tf32 else "")
+    if me.precision == "recipe" and t.precision != r.precision:
+        precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {t.precision})"
     return (
         f"{t.model.name} {t.hardware.name} {sharding_label(t)}"
         f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "
-        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={models.attention(t)}"
+        f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={attention(t)}"
         f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"
     )

@@ -8,7 +8,10 @@ any node, stops its own ranks (which would otherwise wait in a collective for a 
 gone, until the timeout), waits for every node's account and records the root cause.
 
 Each rank is its own process group, so a timeout or a failure kills every rank and all
-their children; no worker outlives its trial and no failure reaches the caller.
+their children; no worker outlives its trial and no failure reaches the caller: `run_trial`
+returns the run (`suite.record.Run`), whatever happened. The one exception is a further node
+whose ranks failed while node 0 is gone (`NoAccount`): nothing records that trial, so the node's
+job must fail.
 
 Outcomes: ok, oom, timeout, crashed, nan (from workers); invalid, unsupported (decided
 before anything launches, see `suite.config`). A rank the kernel's OOM killer ends (host
@@ -30,25 +33,20 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from suite.config import Trial
-from suite.store import write_json
+from suite.files import write_json
+from suite.record import Run, provenance
 
 GRACE_S = 1.0  # after one rank fails, how long its peers may take to report their own cause
 REPORT_POLL_S = 0.5  # how often a multi-node launcher looks for its peers' reports (a network filesystem)
 NODES_GRACE_S = 30.0  # after a failure, how long a node waits for the others' accounts (filesystem latency)
 
 
-@dataclass
-class Outcome:
-    outcome: str
-    message: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-    recorded: bool = True
-    """False only on a further node whose node 0 gave no account of the trial (it is gone)."""
+class NoAccount(RuntimeError):
+    """A further node's ranks failed and node 0 gave no account of the trial (it is gone)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +206,7 @@ def node_accounts(out_dir: str) -> dict[int, dict[str, Any]]:
     return _numbered(out_dir, "node")
 
 
-def root_cause(reps: dict[int, dict[str, Any]], first: int | None) -> Outcome:
+def root_cause(reps: dict[int, dict[str, Any]], first: int | None) -> Run:
     """An out-of-memory or NaN on any rank; else a rank that died by a signal (its peers'
     errors, a closed connection, are the consequence); else the first rank seen failing."""
 
@@ -219,12 +217,12 @@ def root_cause(reps: dict[int, dict[str, Any]], first: int | None) -> Outcome:
     for kind in ("oom", "nan"):
         for rank in sorted(reps):
             if reps[rank]["outcome"] == kind:
-                return Outcome(kind, said(rank))
+                return Run(kind, said(rank))
     died = [rank for rank in sorted(reps) if reps[rank].get("signal")]
     rank = died[0] if died else first if first in reps else min(reps, default=None)
     if rank is None:
-        return Outcome("crashed", "a rank failed without a report")
-    return Outcome("crashed", said(rank))
+        return Run("crashed", "a rank failed without a report")
+    return Run("crashed", said(rank))
 
 
 _attempts: dict[str, int] = {}  # runs of each trial by this process: the nodes of a job count alike
@@ -238,10 +236,11 @@ def trial_dir(t: Trial, shared: str) -> str:
     return os.path.join(shared, f"{t.id}-job{job}{'.' + step if step else ''}-{n}")
 
 
-def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Outcome:
-    """Launch the trial's ranks on this node, wait for them within the timeout, and collect
-    the outcome. On a node other than 0, `ok` means its ranks finished (node 0 has the metrics).
-    A multi-node trial needs `keep_logs`, a folder every node shares.
+def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Run:
+    """Launch the trial's ranks on this node, wait for them within the timeout, and return the
+    run: its outcome, message, metrics, wall time and this machine's provenance. On a node other
+    than 0, `ok` means its ranks finished (node 0 has the metrics). A multi-node trial needs
+    `keep_logs`, a folder every node shares.
     """
     start = time.monotonic()
     if t.nodes > 1:
@@ -284,8 +283,7 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ou
                         os.replace(src, os.path.join(keep_logs, f"{t.id}-rank{rank}.log"))
     if result.outcome == "ok" and node.rank == 0 and t.hardware.device == "cuda":
         result.metrics["profile_mismatch"] = profile_check(t, result.metrics)
-    result.wall_s = time.monotonic() - start
-    return result
+    return replace(result, wall_s=time.monotonic() - start, provenance=provenance(t.hardware.device))
 
 
 def profile_check(t: Trial, metrics: dict[str, Any]) -> dict[str, Any] | None:
@@ -312,7 +310,7 @@ def _others_failed(out_dir: str, t: Trial, node: Node) -> bool:
     return any(k != node.rank and a["outcome"] != "ok" for k, a in node_accounts(out_dir).items())
 
 
-def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, node: Node) -> Outcome:
+def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, node: Node) -> Run:
     base = node.rank * t.hardware.count
     multi = t.nodes > 1
     # Node 0 decides a timeout and says so; a further node gives up on its own only later.
@@ -324,11 +322,11 @@ def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, n
         now = time.monotonic()
         if all(c == 0 for c in codes):
             if node.rank > 0:
-                return _end(out_dir, t, node, Outcome("ok", f"its ranks {base}..{base + len(procs) - 1} finished"))
+                return _end(out_dir, t, node, Run("ok", f"its ranks {base}..{base + len(procs) - 1} finished"))
             result = _read_json(os.path.join(out_dir, "result.json"))
             if result is None:
-                return _end(out_dir, t, node, Outcome("crashed", "workers exited cleanly without a result"))
-            return _end(out_dir, t, node, Outcome("ok", metrics=result))
+                return _end(out_dir, t, node, Run("crashed", "workers exited cleanly without a result"))
+            return _end(out_dir, t, node, Run("ok", metrics=result))
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = now
             # Of ranks seen failing together, one killed by a signal is the cause; a peer's
@@ -348,9 +346,7 @@ def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, n
             return _end(out_dir, t, node, root_cause(reports(out_dir), first))
         if now > deadline:
             kill_all(procs)
-            return _end(
-                out_dir, t, node, Outcome("timeout", f"no result within measure.timeout_s={t.measure.timeout_s:g}")
-            )
+            return _end(out_dir, t, node, Run("timeout", f"no result within measure.timeout_s={t.measure.timeout_s:g}"))
         time.sleep(0.05)
 
 
@@ -375,9 +371,10 @@ def _await_accounts(out_dir: str, nodes: list[int], wait_s: float) -> dict[int, 
         time.sleep(REPORT_POLL_S)
 
 
-def _end(out_dir: str, t: Trial, node: Node, o: Outcome) -> Outcome:
+def _end(out_dir: str, t: Trial, node: Node, o: Run) -> Run:
     """Close this node's part. Several nodes: each writes its account; a further node that
-    failed then waits for node 0's, since that is the trial's recorded outcome."""
+    failed then waits for node 0's, since that is the trial's recorded outcome (`NoAccount`
+    when none comes)."""
     if t.nodes == 1:
         return o
     write_json(os.path.join(out_dir, f"node{node.rank}.json"), {"outcome": o.outcome, "message": o.message})
@@ -386,8 +383,8 @@ def _end(out_dir: str, t: Trial, node: Node, o: Outcome) -> Outcome:
     # Node 0 may first wait out the accounts of all the other nodes.
     account = _await_accounts(out_dir, [0], 2 * NODES_GRACE_S).get(0)
     if account is None:
-        return Outcome(o.outcome, f"{o.message}; node 0 gave no account of the trial", recorded=False)
-    return Outcome(
+        raise NoAccount(f"{o.outcome}: {o.message}; node 0 gave no account of the trial")
+    return Run(
         account["outcome"],
         f"{o.outcome} here ({o.message}); node 0 recorded {account['outcome']}: {account['message']}",
     )

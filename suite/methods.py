@@ -6,18 +6,37 @@ The optimizer is AdamW with the recipe's settings under both engines, each in it
 implementation (DeepSpeed's FusedAdam or CPU Adam; torch's fused AdamW under FSDP2), so that
 no configuration pays for a slower kernel than its engine's own (see `deepspeed_config`), unless
 `methods.optimizer=torch_fused` asks for torch's under DeepSpeed too.
+
+The settings themselves are plain data: torch is imported only by what makes torch objects
+(`torch_dtype`, `fsdp2_dtypes`, `torch_adamw`), so the predictor, the labels and the exports read
+the settings without it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from suite import models
 from suite.config import Trial
+from suite.models.arch import shape
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+if TYPE_CHECKING:  # annotations only
+    import torch
+
+    from suite.config import MethodsConfig
+
+
+def torch_dtype(precision: str) -> torch.dtype:
+    """The torch dtype of a precision: fp32, bf16 or fp16."""
+    import torch  # deferred: only what makes tensors needs it
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def reshards_after_forward(me: MethodsConfig) -> bool:
+    """FSDP2's mode: true = full_shard (each unit resharded after its forward, gathered again in
+    backward), false = shard_grad_op. Unset is FSDP2's default, true (`MethodsConfig`; a resolved
+    trial has it written out)."""
+    return me.reshard_after_forward is not False
 
 
 def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
@@ -63,15 +82,15 @@ def deepspeed_config(t: Trial, gas: int) -> dict[str, Any]:
 
 def bucket_elements(t: Trial) -> int:
     """Communication bucket size, sized to the model as Hugging Face's DeepSpeed integration
-    sizes its "auto" buckets (hidden^2, hidden as `suite.models.Shape` reads it). DeepSpeed's
+    sizes its "auto" buckets (hidden^2, hidden as `suite.models.arch.Shape` reads it). DeepSpeed's
     default of 5e8 elements allocates 2 GB (fp32) for a model of any size, so no small model
     would fit a small budget with ZeRO."""
-    h = models.shape(t.model).hidden
+    h = shape(t.model).hidden
     return h * h
 
 
 def bucket_sizes(t: Trial) -> dict[str, int]:
-    n, h = bucket_elements(t), models.shape(t.model).hidden
+    n, h = bucket_elements(t), shape(t.model).hidden
     if t.methods.zero_stage == 3:
         return {
             "reduce_bucket_size": n,
@@ -90,12 +109,16 @@ def fsdp2_dtypes(t: Trial) -> tuple[torch.dtype | None, torch.dtype]:
     """FSDP2's mixed precision (param_dtype, reduce_dtype): compute and all-gather in the trial's
     16-bit dtype (None under fp32: the parameters' own), gradients reduced in fp32. The sharded
     parameters stay fp32 and are the optimizer's master weights, as DeepSpeed's are."""
-    return (None if t.precision == "fp32" else DTYPES[t.precision]), torch.float32
+    import torch  # deferred: see the module's docstring
+
+    return (None if t.precision == "fp32" else torch_dtype(t.precision)), torch.float32
 
 
 def torch_adamw(t: Trial, params) -> torch.optim.Optimizer:
     """torch's fused AdamW (one kernel for all parameters; on the host too, under offload): FSDP2's
     optimizer on the sharded fp32 parameters, and DeepSpeed's under `methods.optimizer=torch_fused`."""
+    import torch  # deferred: see the module's docstring
+
     p = optimizer_params(t)
     return torch.optim.AdamW(params, lr=p["lr"], betas=tuple(p["betas"]), weight_decay=p["weight_decay"], fused=True)
 
@@ -106,7 +129,7 @@ def fsdp_config(t: Trial, block_class_name: str) -> dict[str, Any]:
     me = t.methods
     return {
         "version": 2,
-        "reshard_after_forward": bool(me.reshard_after_forward),
+        "reshard_after_forward": reshards_after_forward(me),
         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "transformer_layer_cls_to_wrap": [block_class_name],
         "activation_checkpointing": me.recompute == "full",

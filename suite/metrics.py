@@ -11,13 +11,11 @@ so it raises instead of producing a record.
 
 from __future__ import annotations
 
-import math
 import statistics
-import time
 from typing import Any
 
-from suite import models
 from suite.config import Trial
+from suite.models.arch import attention
 
 NOISY_CV = 0.05  # a timed window whose step times vary more than 5% is flagged
 
@@ -28,7 +26,7 @@ class ImplausibleTiming(RuntimeError):
 
 def peak_flops(t: Trial) -> float | None:
     """Dense peak FLOP/s of one device at the trial's precision, or None if not known."""
-    key = {"fp32": "tf32" if t.hardware.tf32 else "fp32"}.get(t.precision, t.precision)
+    key = {"fp32": "tf32" if t.tf32 else "fp32"}.get(t.precision, t.precision)
     tflops = t.hardware.peak_tflops.get(key)
     return tflops * 1e12 if tflops else None
 
@@ -96,9 +94,9 @@ def rates(
         "samples_per_s": samples_per_step / step_time_s,
         "mfu": None,
         "hfu": None,
-        # What ran, where it differs from what was asked (Trial.precision, suite.models.attention).
+        # What ran, where it differs from what was asked (Trial.precision, suite.models.arch.attention).
         "precision": t.precision,
-        "attention": models.attention(t),
+        "attention": attention(t),
     }
     peak = peak_flops(t)
     if peak:
@@ -141,42 +139,3 @@ def memory(per_rank: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
             "build_peak_reserved_gib": None,
         }
     return {**device, "host_peak_gib": top("host_peak_gib")}
-
-
-def best_time(fn, sync, min_s: float = 0.05, reps: int = 3, calls: int = 0) -> float:
-    """Seconds per call of a microbenchmark (calibration, speed probe): the best of `reps` rounds
-    of enough calls to last `min_s` (or of `calls` calls: a collective needs the same count on
-    every rank)."""
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    one = time.perf_counter() - t0  # the first call warms up; a long one is its own sample
-    best = math.inf if calls or one < min_s else one
-    n = calls or max(1, int(min_s / max(one, 1e-9)))
-    reps = reps if best == math.inf else reps - 1
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
-
-
-PROBE = {"cpu": (512, "fp32"), "cuda": (4096, "bf16")}
-"""The speed probe's matrix side and dtype per device kind."""
-
-
-def speed_probe(dev, sync) -> float:
-    """FLOP/s of one fixed matrix multiply (512-cube fp32 on a CPU, 4096-cube bf16 on a GPU):
-    the machine's speed at the time. Every run records it (suite.worker) and so does every
-    calibration (suite.calibrate), so a shared machine's drift between the two is seen,
-    not taken for an error of the model: a shared machine's speed drifts by tens of percent
-    over hours."""
-    import torch
-
-    from suite.methods import DTYPES
-
-    side, dtype = PROBE[dev.type]
-    a, b = (torch.randn(side, side, device=dev, dtype=DTYPES[dtype]) for _ in range(2))
-    return 2 * side**3 / best_time(lambda: torch.mm(a, b), sync, min_s=0.1)

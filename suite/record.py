@@ -8,14 +8,10 @@ and provenance with its date) and summarises them in the fields every reader use
   only sometimes"), its two good runs kept in `runs` but not summarised, since a configuration
   that fits only sometimes must not look like one that fits. `invalid` and `unsupported` are
   decided before any run (no runs).
-- `metrics` (of an `ok` record): the worker's figures of the median run, with `step_time_s`: the
-  median step time of the runs, `step_time_ci_lo_s`/`step_time_ci_hi_s`: its interval
-  (suite.stats), `step_time_ci_level`: the coverage that interval really has (0 for a single
-  run, which has none), `runs`: how many, `step_time_between_std_s`: the spread between runs
-  (None for one run), `step_time_within_std_s`: the spread of the timed steps inside each run
-  (pooled; each run's own is its `step_time_std_s`); throughput and MFU at the median step time;
-  every memory figure (`*_gib`) the largest of any run; the micro-step, boundary and optimizer
-  times and the speed probe the median of each; `noisy` when any run's timed steps were.
+- `metrics` (of an `ok` record): each metric summarised over the runs as `suite.metric_table`
+  says (the median run's, the median, the largest, computed again at the median step time, or
+  the interval and spreads of the runs together); a metric the table does not name is the
+  median run's.
 - `wall_s`: the wall time of all runs; `provenance`: the latest run's.
 
 Records of schema suite.trial/1 (one run, its figures at the top) load as single runs
@@ -34,8 +30,8 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+from suite import metric_table, paths, stats
 from suite import metrics as trial_metrics
-from suite import paths, stats
 from suite.config.schema import Trial
 
 SCHEMA = "suite.trial/2"
@@ -51,20 +47,19 @@ class UnknownSchema(ValueError):
 OUTCOMES = ("ok", "oom", "timeout", "crashed", "nan", "invalid", "unsupported")
 """ok, oom, timeout, crashed, nan from a run (suite.launch); invalid, unsupported decided before any."""
 DECIDED = ("invalid", "unsupported")
-WITHIN_RUN = ("step_time_std_s", "step_time_min_s", "step_time_max_s")  # a run's own spread: kept in its run
-MEDIANS = ("micro_time_s", "boundary_time_s", "optimizer_time_s", "probe_flops")  # the median of the runs'
+SINGLE_RUN = "a single run: no interval"
 PACKAGES = ("torch", "deepspeed", "transformers", "hydra-core", "flash-attn", "wandb")
 
 
 @dataclass
 class Run:
-    """One run of a trial, in its own fresh worker processes."""
+    """One run of a trial, in its own fresh worker processes (`suite.launch.run_trial`)."""
 
     outcome: str
-    message: str
-    metrics: dict[str, Any]
-    wall_s: float
-    provenance: dict[str, Any] | None
+    message: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    provenance: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -137,6 +132,32 @@ class Record:
         return stats.Interval(m["step_time_ci_lo_s"], m["step_time_ci_hi_s"], m["step_time_ci_level"], m["runs"])
 
     @property
+    def tokens_per_s(self) -> float:
+        """An `ok` record's throughput at its median step time (tokens of the task's unit)."""
+        return self.metrics["tokens_per_s"]
+
+    @property
+    def mfu(self) -> float | None:
+        """An `ok` record's MFU at its median step time; None without a peak (CPU)."""
+        return self.metrics.get("mfu")
+
+    @property
+    def peak_mem_gib(self) -> float:
+        """An `ok` record's peak memory: the largest of its runs'."""
+        return self.metrics["peak_mem_gib"]
+
+    def figure(self, name: str) -> Any:
+        """The summary's value of a metric of `suite.metric_table`, None where it has none; a name
+        the table does not hold raises KeyError, so a misspelt name is not read as a missing figure."""
+        if name not in metric_table.BY_NAME:
+            raise KeyError(f"{name!r} is not a metric of suite.metric_table")
+        return self.metrics.get(name)
+
+    def measured_phrase(self) -> str:
+        """How an `ok` record's median step time was measured (`interval_phrase`)."""
+        return interval_phrase(self.interval) if self.n_runs > 1 else SINGLE_RUN
+
+    @property
     def ok_runs(self) -> list[Run]:
         return [r for r in self.runs if r.ok]
 
@@ -182,10 +203,9 @@ class Record:
             return cls.summarized(t.id, sweep, t.to_dict(), [], (outcome, message))
         return cls.summarized(t.id, sweep, t.to_dict(), [Run.now(t, outcome, message, metrics, wall_s)])
 
-    def with_run(self, t: Trial, sweep: str, outcome: str, message: str, metrics: dict, wall_s: float) -> Record:
+    def with_run(self, t: Trial, sweep: str, run: Run) -> Record:
         """This record with one more run of `t`, summarised again. The trial is the latest
         asker's: its measure settings (repeats, timeout) say how the last run was asked for."""
-        run = Run.now(t, outcome, message, metrics, wall_s)
         return Record.summarized(t.id, sweep, t.to_dict(), [*self.runs, run])
 
     def without(self, outcomes: tuple[str, ...]) -> Record | None:
@@ -219,13 +239,22 @@ class Record:
         )
 
 
+def with_run(rec: Record | None, t: Trial, sweep: str, run: Run) -> Record:
+    """`rec` with one more run of `t` (`Record.with_run`; from `suite.launch.run_trial`), or a new
+    record of that run when there is none."""
+    if rec is None:
+        return Record.summarized(t.id, sweep, t.to_dict(), [run])
+    return rec.with_run(t, sweep, run)
+
+
 def add_run(
     rec: Record | None, t: Trial, sweep: str, outcome: str, message: str, metrics: dict, wall_s: float
 ) -> Record:
-    """`rec` with one more run of `t` (`Record.with_run`), or a new record of that run when there is none."""
+    """`with_run` of a run of `t` that ended just now, with this machine's provenance; a new record
+    of an outcome decided before running (`Record.new`) holds no run."""
     if rec is None:
         return Record.new(t, sweep, outcome, message, metrics, wall_s)
-    return rec.with_run(t, sweep, outcome, message, metrics, wall_s)
+    return rec.with_run(t, sweep, Run.now(t, outcome, message, metrics, wall_s))
 
 
 def _upgrade(d: dict[str, Any]) -> Record:
@@ -237,35 +266,44 @@ def _upgrade(d: dict[str, Any]) -> Record:
 
 
 def summarize(trial: dict, per_run: list[dict]) -> dict[str, Any]:
-    """One `ok` trial's metrics from its runs' (module docstring)."""
-    times = [m["step_time_s"] for m in per_run]
-    within = [m.get("step_time_std_s") for m in per_run]
+    """One `ok` trial's metrics from its runs', each as `suite.metric_table` says (`over_runs`)."""
     n = len(per_run)
-    iv = stats.median_interval(times)
-    median = stats.median(times)
+    times = [m["step_time_s"] for m in per_run]
     out = dict(sorted(per_run, key=lambda m: m["step_time_s"])[(n - 1) // 2])  # the median run (the lower of two)
-    for k in WITHIN_RUN:
+    for k in metric_table.named(metric_table.PER_RUN):
         out.pop(k, None)
-    out.update(
-        step_time_s=median,
+    for k in metric_table.named(metric_table.MEDIAN):
+        if all(_number(m.get(k)) for m in per_run):
+            out[k] = stats.median([m[k] for m in per_run])
+    for k in metric_table.named(metric_table.MAX):
+        if all(_number(m.get(k)) for m in per_run):
+            out[k] = max(m[k] for m in per_run)
+    for k in metric_table.named(metric_table.ANY):
+        out[k] = any(m.get(k) for m in per_run)
+    iv = stats.median_interval(times)
+    within = [m.get("step_time_std_s") for m in per_run]
+    out.update(  # the table's OF_RUNS
         step_time_ci_lo_s=iv.lo,
         step_time_ci_hi_s=iv.hi,
         step_time_ci_level=iv.level,
         runs=n,
         step_time_between_std_s=stats.between_std(times),
         step_time_within_std_s=stats.pooled_std(within) if all(_number(w) for w in within) else None,
-        noisy=any(m.get("noisy") for m in per_run),
     )
-    for k in list(out):
-        if k.endswith("_gib") and all(_number(m.get(k)) for m in per_run):
-            out[k] = max(m[k] for m in per_run)  # a configuration must fit every time
-    for k in MEDIANS:  # the speed probe too: the machine's speed over the runs
-        if all(_number(m.get(k)) for m in per_run):
-            out[k] = stats.median([m[k] for m in per_run])
-    if n > 1:
+    if n > 1:  # the table's AT_MEDIAN (a single run's are its own)
         t = Trial.from_dict(trial)
-        out.update(trial_metrics.rates(t, median, out["model_flops_per_token"], out["hardware_flops_per_token"]))
+        out.update(
+            trial_metrics.rates(t, out["step_time_s"], out["model_flops_per_token"], out["hardware_flops_per_token"])
+        )
     return out
+
+
+def interval_phrase(iv: stats.Interval) -> str:
+    """How a median step time was measured, as every command and report says it: "median of 3
+    runs; 75.0% interval 1.000-1.050 s", or "a single run: no interval"."""
+    if iv.n == 1:
+        return SINGLE_RUN
+    return f"median of {iv.n} runs; {iv.level:.1%} interval {iv.lo:.3f}-{iv.hi:.3f} s"
 
 
 def _number(x: Any) -> bool:

@@ -19,7 +19,7 @@ from suite import cluster, launch, stats, store, tracking
 from suite.config.schema import Trial, WandbConfig
 from suite.config.validate import problems, unsupported
 from suite.labels import describe
-from suite.record import Record, add_run
+from suite.record import Record, with_run
 
 RETRIED = ("crashed",)  # most often the environment or a bug since fixed: measured again
 
@@ -112,8 +112,7 @@ def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb: WandbCo
                 rec = Record.new(t, sweep, "unsupported", why, {}, 0.0)
                 store.save(store_dir, rec)
                 return Ran(rec)
-            o = launch.run_trial(t, keep_logs=logs, node=node)
-            rec = add_run(rec, t, sweep, o.outcome, o.message, o.metrics, o.wall_s)
+            rec = with_run(rec, t, sweep, launch.run_trial(t, keep_logs=logs, node=node))
             store.save(store_dir, rec)
             fresh += 1
         if not rec.ok:  # a failed run ends the runs (a crashed one is run again next time)
@@ -140,28 +139,20 @@ def follow_runs(t: Trial, node: launch.Node, store_dir: str, sweep: str, valid: 
 def summary_line(ran: Ran, t: Trial) -> str:
     """One readable line for a trial's record; says whether it came from the store."""
     rec, source = ran.record, ran.source
-    m = rec.metrics
     head = f"[{rec.outcome:>11}] {describe(t)}"
     if not rec.ok:
         return f"{head} | {rec.message} ({source})"
-    mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else "n/a (cpu)"
+    mfu = f"{rec.mfu:.1%}" if rec.mfu is not None else "n/a (cpu)"
     unit = {"token": "tok", "image": "img"}[t.unit]
-    kernels = f", kernels {m['kernel_path']}" if m.get("kernel_path") else ""
-    w = m["step_time_within_std_s"]
-    within = f", ±{100 * w / rec.step_time_s:.1f}% within a run" if w is not None else ""
-    if rec.n_runs == 1:
-        step = f"step {rec.step_time_s:.3f} s (single run{within})"
-    else:
-        iv = rec.interval
-        step = (
-            f"step {rec.step_time_s:.3f} s (median of {rec.n_runs} runs, {iv.level:.1%} interval "
-            f"{iv.lo:.3f}-{iv.hi:.3f} s{within})"
-        )
+    kernels = f", kernels {rec.figure('kernel_path')}" if rec.figure("kernel_path") else ""
+    w = rec.figure("step_time_within_std_s")
+    within = f"; ±{100 * w / rec.step_time_s:.1f}% within a run" if w is not None else ""
     line = (
-        f"{head} | {step}{' NOISY' if m['noisy'] else ''}, "
-        f"{m['tokens_per_s']:,.0f} {unit}/s, MFU {mfu}, peak {m['peak_mem_gib']:.2f} GiB{kernels} ({source})"
+        f"{head} | step {rec.step_time_s:.3f} s ({rec.measured_phrase()}{within})"
+        f"{' NOISY' if rec.figure('noisy') else ''}, {rec.tokens_per_s:,.0f} {unit}/s, MFU {mfu}, "
+        f"peak {rec.peak_mem_gib:.2f} GiB{kernels} ({source})"
     )
-    wrong = m.get("profile_mismatch")
+    wrong = rec.figure("profile_mismatch")
     if wrong:
         fits = f"profile {wrong['detected']}" if wrong["detected"] else "no profile in conf/hardware/"
         line += (

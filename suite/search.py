@@ -1,9 +1,9 @@
 """The search: the fastest configuration of one model on one budget, found with few trials.
 
-1. Enumerate the method combinations of `search.*` (engine: DeepSpeed's ZeRO stages and FSDP2's
-   two modes; offload, recomputation, attention, compile). Invalid ones are set aside with their
-   reason, and so are those the predictor (`suite.predict`) puts above the device memory at the
-   smallest micro-batch by more than `search.fit_margin`.
+1. Enumerate the method combinations of `search.*` (`suite.space`: DeepSpeed's ZeRO stages and
+   FSDP2's two modes; offload, recomputation, attention, compile). Invalid ones are set aside with
+   their reason, and so are those the predictor (`suite.predict`) puts above the device memory at
+   the smallest micro-batch by more than `search.fit_margin`.
 2. Order the rest by their predicted step time (the fastest micro-batch predicted to fit).
 3. For each, find the largest micro-batch that fits among the divisors of the per-device batch:
    start at the largest predicted to fit, double up (or halve down) on real outcomes, then
@@ -31,7 +31,6 @@ these rules are in results/benchmarks/README.md (search_vs_grid, search_replay).
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Callable
@@ -45,22 +44,10 @@ from suite.labels import methods_label
 from suite.predict import Estimate, Estimator
 from suite.record import Record
 from suite.runner import Ran
+from suite.space import combinations, divisors, micro_batches, with_methods
 
 Run = Callable[[Trial], Ran]
 """How the search measures a trial: `suite.runner.run_one` in the command; tests script their own."""
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def micro_batches(t: Trial) -> list[int]:
-    """The micro-batches a search may try for `t`: the divisors of its per-device batch (1 where it has none)."""
-    return divisors(t.per_device_batch) if t.per_device_batch > 0 else [1]
-
-
-def with_methods(t: Trial, **changes: Any) -> Trial:
-    return replace(t, methods=replace(t.methods, **changes))
 
 
 def with_measure(t: Trial, **changes: Any) -> Trial:
@@ -114,35 +101,6 @@ class SearchReport:
             return []
         found = [r for r in self.ok if r is not best and r.interval.overlaps(best.interval)]
         return sorted(found, key=lambda r: r.step_time_s)
-
-
-def shardings(cfg: SearchConfig) -> list[dict[str, Any]]:
-    """The engine settings the search covers: each ZeRO stage under DeepSpeed, both FSDP2
-    modes; an engine it does not know is kept, for `problems` to name."""
-    out: list[dict[str, Any]] = []
-    for engine in cfg.engines:
-        if engine == "deepspeed":
-            out += [{"engine": engine, "zero_stage": z, "reshard_after_forward": None} for z in cfg.zero_stages]
-        elif engine == "fsdp2":
-            out += [{"engine": engine, "zero_stage": 0, "reshard_after_forward": r} for r in (False, True)]
-        else:
-            out.append({"engine": engine, "zero_stage": 0, "reshard_after_forward": None})
-    return out
-
-
-def combinations(base: Trial, cfg: SearchConfig) -> list[Trial]:
-    """Every combination of the search's axes, valid or not, at the smallest micro-batch."""
-    axes = itertools.product(
-        shardings(cfg),
-        cfg.offloads,
-        cfg.recomputes,
-        cfg.attentions or [base.methods.attention],
-        cfg.compiles or [base.methods.compile],
-    )
-    return [
-        with_methods(base, **sh, offload=o, recompute=r, attention=a, compile=c, micro_batch=1)
-        for sh, o, r, a, c in axes
-    ]
 
 
 class GaveUp(Exception):

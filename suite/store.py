@@ -1,9 +1,9 @@
 """The results store: one JSON file per trial record, named by the trial id, written atomically,
 and claims that let jobs sharing a store measure each run once.
 
-A file is written to a unique temporary name in the same directory and renamed (`write_atomic`),
-so readers never see a torn file and concurrent writers (several jobs) never corrupt each other.
-What a record holds is `suite.record`'s.
+A record is written atomically (`suite.files.write_json`: a unique temporary file in the same
+folder, then a rename), so readers never see a torn file and concurrent writers (several jobs)
+never corrupt each other. What a record holds is `suite.record`'s.
 
 Jobs that share a store (a grid on Slurm, a resumed search) claim a trial before measuring a run
 of it (`claim`), so each run is measured once: a second claimant waits for the first and then
@@ -16,13 +16,12 @@ import fcntl
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from suite.files import write_json
 from suite.record import Record, UnknownSchema
 
 CLAIM_SLACK_S = 60.0  # a holder ends within its trial's timeout plus this (start-up, store writes)
@@ -30,29 +29,6 @@ CLAIM_SLACK_S = 60.0  # a holder ends within its trial's timeout plus this (star
 
 class Busy(RuntimeError):
     """Another process has held a trial for longer than that trial may take."""
-
-
-def write_atomic(path: str | Path, text: str, durable: bool = False) -> Path:
-    """Write `text` to `path` through a unique temporary file in the same folder and a rename:
-    a reader sees the old file or the new one, never a part, whoever else writes it at once.
-    `durable`: flushed to disk before the rename (a result that must survive a crash)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, target)
-    return target
-
-
-def write_json(
-    path: str | Path, obj: Any, indent: int | None = None, sort_keys: bool = False, durable: bool = False
-) -> Path:
-    """`obj` as JSON, written atomically (`write_atomic`)."""
-    return write_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys), durable)
 
 
 def path_for(store_dir: str | Path, trial_id: str) -> Path:

@@ -18,8 +18,9 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from suite import metrics
 from suite.config import Trial
-from suite.store import write_json
+from suite.files import write_json
 
 EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
 # Out-of-memory in an error's text (lower case), where it is not a MemoryError or
@@ -162,8 +163,8 @@ def device_of(t: Trial, local_rank: int):
     if t.hardware.device != "cuda":
         return torch.device("cpu"), lambda: None
     torch.cuda.set_device(local_rank)
-    torch.backends.cuda.matmul.allow_tf32 = t.hardware.tf32
-    torch.backends.cudnn.allow_tf32 = t.hardware.tf32
+    torch.backends.cuda.matmul.allow_tf32 = t.tf32
+    torch.backends.cudnn.allow_tf32 = t.tf32
     return torch.device("cuda", local_rank), torch.cuda.synchronize
 
 
@@ -240,11 +241,11 @@ def probe_speed(device, sync) -> float | None:
     import torch
     import torch.distributed as dist
 
-    from suite import metrics
+    from suite.microbench import speed_probe  # deferred with torch, as in every function here
 
     dist.barrier()
     try:
-        speed = metrics.speed_probe(device, sync)
+        speed = speed_probe(device, sync)
     except RuntimeError:  # out of memory (torch.OutOfMemoryError is one)
         speed = -1.0
     probe = torch.tensor([speed], dtype=torch.float64, device=device)
@@ -257,14 +258,18 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     import torch
     import torch.distributed as dist
 
-    from suite import engines, metrics, models
+    # Deferred with torch, as in every function here: the module itself imports light (tests read `classify`).
+    from suite import engines
+    from suite.models.build import batch
+    from suite.models.flops import count_flops
+    from suite.models.kernels import kernel_path
 
     cuda = t.hardware.device == "cuda"
     device, sync = device_of(t, local_rank)
     me, gas = t.methods, t.gas_measured
     eng = engines.make(t, device, gas)
-    flops, n_params = models.count_flops(t.model, me.attention, "none")
-    hw_flops = flops if me.recompute == "none" else models.count_flops(t.model, me.attention, me.recompute)[0]
+    flops, n_params = count_flops(t.model, me.attention, "none")
+    hw_flops = flops if me.recompute == "none" else count_flops(t.model, me.attention, me.recompute)[0]
 
     host_base_gib = host_hwm_gib()  # the imported runtime
     if not cuda:
@@ -276,7 +281,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     param_stats = eng.param_stats() if t.measure.param_stats else None
 
     gen = torch.Generator().manual_seed(t.measure.seed * 1000 + rank)
-    pool = [models.batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
+    pool = [batch(t.model, me.micro_batch, gen, device) for _ in range(2 * gas)]
     w = Window(t.measure.warmup_steps, t.measure.timed_steps)
     tm = timed_window(t, eng, pool, device, sync, rank, w)
     timed = peaks(cuda)
@@ -298,7 +303,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         memory_per_rank=per_rank,
         first_loss=tm.first_loss,
         loss_per_step=tm.losses,
-        kernel_path=models.kernel_path(eng.model),
+        kernel_path=kernel_path(eng.model),
         warmup_steps_run=w.warmup_run,
         skipped_steps_warmup=w.skipped_warmup,
         skipped_steps_discarded=w.discarded,

@@ -135,7 +135,7 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` skip where torch sees no CUDA GPU (`pytest -m gpu` runs them on one);
     each test's unit of scheduling goes to the controller (`unit`, `pytest_xdist_make_scheduler`)."""
     if os.environ.get(GROUPS) and os.environ.get("PYTEST_XDIST_WORKER"):
-        from suite.store import write_json
+        from suite.files import write_json
 
         write_json(Path(os.environ[GROUPS]), {item.nodeid: unit(item) for item in items})
     gpu = [item for item in items if item.get_closest_marker("gpu")]

@@ -18,7 +18,7 @@ from conftest import single_rank_env
 
 from analysis import ReportError, estimates, published
 from analysis.export import export_winner, write_export
-from analysis.load import load_results
+from analysis.load import load_results, read_results
 from analysis.prices import load_prices
 from analysis.tables import (
     across_budgets,
@@ -220,6 +220,28 @@ def test_malformed_and_foreign_files_are_skipped_by_name(tmp_path, raw):
     assert (tmp_path / "out" / "best.md").exists()
 
 
+def test_a_record_the_estimates_cannot_use_is_read_but_left_out_of_the_frame(tmp_path, raw):
+    ok = next(r for r in raw if r["outcome"] == "ok")
+    (tmp_path / "no_gas.json").write_text(json.dumps(ok | {"metrics": {**ok["metrics"], "gas": None}}))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "worker.json").write_text("{}")  # the suite's own folders are not results
+    results = read_results(tmp_path)
+    assert [r.trial_id for r in results.records()] == [ok["trial_id"]] and results.records(("oom",)) == []
+    assert results.frame.empty and results.skipped == ()
+    assert results.left_out == (f"skipped {tmp_path / 'no_gas.json'}: an ok record without numeric metrics gas",)
+
+
+@pytest.mark.parametrize("command", ["tables", "figures", "leaderboard", "accuracy"])
+def test_each_report_reads_its_folder_once(command, tmp_path, monkeypatch, capsys):
+    from analysis import load
+
+    reads, read = [], load._read
+    monkeypatch.setattr(load, "_read", lambda f: reads.append(f) or read(f))
+    out = {"leaderboard": ["-o", str(tmp_path / "index.html")]}.get(command, ["--out", str(tmp_path)])
+    assert cli.main([command, str(FIXTURES), *out]) == 0
+    assert sorted(reads) == sorted(FIXTURES.glob("*.json"))
+
+
 def _by_group(raw: list[dict], keep) -> dict[tuple[str, str], float]:
     """Smallest step time per (model, hardware) among records `keep` accepts, straight from the files."""
     best: dict[tuple[str, str], float] = {}
@@ -331,8 +353,8 @@ TRAIN = """
 import json, sys
 import deepspeed, torch
 from deepspeed.runtime.config import DeepSpeedConfig
-from suite import models
 from suite.config import Trial
+from suite.models.build import batch, build
 from suite.ops import preload_built_ops, skip_shm_comm
 
 trial = Trial.from_dict(json.load(open(sys.argv[1])))
@@ -341,12 +363,12 @@ preload_built_ops()  # the ops scripts/setup.sh built, as a worker loads them
 skip_shm_comm()
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 DeepSpeedConfig(cfg)  # DeepSpeed's own parser and batch-size checks
-model = models.build(trial.model, trial.methods.attention, trial.methods.recompute)
+model = build(trial.model, trial.methods.attention, trial.methods.recompute)
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)  # its optimizer
 gen = torch.Generator().manual_seed(0)
 losses = []
 for _ in range(2 * cfg["gradient_accumulation_steps"]):
-    loss = engine(**models.batch(trial.model, cfg["train_micro_batch_size_per_gpu"], gen, "cpu")).loss
+    loss = engine(**batch(trial.model, cfg["train_micro_batch_size_per_gpu"], gen, "cpu")).loss
     engine.backward(loss)
     engine.step()
     losses.append(loss.item())
@@ -446,9 +468,7 @@ def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_pre
     best, none = rows.iloc[0], rows.iloc[1]
     # The fastest configuration predicted to fit, from the same rows suite-predict ranks.
     a = predicted.asked([fits])[0]
-    ranked = predicted.rows(
-        predicted.configurations(a.base, SearchConfig(**a.cfg.search)), Predictor(), prices, gpu_keys()
-    )
+    ranked = predicted.rows(predicted.candidates(a.base, SearchConfig(**a.cfg.search)), Predictor(), prices, gpu_keys())
     first = min((r for r in ranked if r["fits"]), key=lambda r: r["step_time_s"])
     assert best["config"] == first["config"] and best["predicted_step_time_s"] == pytest.approx(first["step_time_s"])
     assert best["predicted_days"] == pytest.approx(
@@ -622,7 +642,7 @@ def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_pat
     d, df = repeated
     t = Trial.from_dict(df.iloc[0]["trial"])
     rec = Record.new(t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
-    rec = rec.with_run(t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
+    rec = add_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
     store.save(tmp_path, rec)
     frame, _ = load_results(tmp_path)
     assert frame.loc[0, "outcome"] == "oom" and math.isnan(frame.loc[0, "step_time_s"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, make_trial
 
-from suite import store
+from suite import files, store
 from suite.runner import run_one
 
 HOLD = """
@@ -36,12 +36,13 @@ import sys, time
 sys.path.insert(0, sys.argv[3])
 from conftest import TINY, make_trial
 from suite import launch, runner
+from suite.record import Run
 
 def stand_in(t, keep_logs=None, node=None):
     time.sleep(0.3)
     m = {"step_time_s": 1.0 + time.time() % 0.1, "step_time_std_s": 0.01, "peak_mem_gib": 0.1, "noisy": False,
          "tokens_per_step": 512, "model_flops_per_token": 1e6, "hardware_flops_per_token": 1e6}
-    return launch.Outcome("ok", "", m, 0.3)
+    return Run("ok", "", m, 0.3)
 
 launch.run_trial = stand_in
 t = make_trial(TINY + ["measure.repeats=" + sys.argv[2]])
@@ -68,7 +69,7 @@ def _write_many(d: str, writer: int) -> None:
     for i in range(30):
         # Half the ids are shared by every writer, half are this writer's own.
         tid = f"shared{i % 5}" if i % 2 else f"w{writer}-{i}"
-        store.write_json(store.path_for(d, tid), {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
+        files.write_json(store.path_for(d, tid), {"trial_id": tid, "writer": writer, "i": i, "pad": "x" * 20000})
 
 
 def test_concurrent_writers_leave_one_whole_file_per_trial(tmp_path):

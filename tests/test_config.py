@@ -215,3 +215,22 @@ def test_a_wheel_carries_every_config_group():
     folders = {p.parent.relative_to(CONF) for p in shipped("conf/*.yaml")}
     listed = {f"suite.conf.{'.'.join(f.parts)}" if f.parts else "suite.conf" for f in folders}
     assert all(f'"{pkg}"' in text for pkg in listed), sorted(p for p in listed if f'"{p}"' not in text)
+
+
+def test_tf32_is_a_setting_in_the_id_only_where_it_runs():
+    """TF32 off by default (PyTorch's default for matmuls); on where the GPU has TF32, it is in the
+    trial id, the label and the peak MFU counts against; on a GPU or CPU without TF32 it changes
+    nothing and is no part of the id."""
+    from suite.labels import config_label, describe
+    from suite.metrics import peak_flops
+
+    fp32 = ["model=pythia-14m", "model.recipe.precision=fp32"]
+    off, on = (make_trial([*fp32, "hardware=a100-80gb", f"methods.tf32={v}"]) for v in ("false", "true"))
+    assert not off.tf32 and on.tf32 and off.id != on.id
+    assert off.id == make_trial([*fp32, "hardware=a100-80gb"]).id  # the default: ids predate the setting
+    assert peak_flops(off) == 19.5e12 and peak_flops(on) == 156e12
+    assert "fp32 tf32" in config_label(on, on.gas) and "fp32 tf32" in describe(on) and "tf32" not in describe(off)
+    for hw in ("v100", "cpu"):  # no TF32: the same trial either way
+        a, b = (make_trial([*fp32, f"hardware={hw}", f"methods.tf32={v}"]) for v in ("false", "true"))
+        assert not b.tf32 and a.id == b.id
+    assert make_trial(["model=pythia-14m", "hardware=a100-80gb", "+lunch=on"]).methods.tf32

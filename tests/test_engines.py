@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import TINY, TINY_MEMBERS, make_trial, single_rank_env
 
-from suite import metrics, models, worker
+from suite import metrics, worker
 from suite.config import Trial
 from suite.config.validate import problems, unsupported
+from suite.models.arch import shape as model_shape
 from suite.runner import run_one
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -131,8 +132,9 @@ FAMILY_MODELS = {
 BUILD_BOTH = """
 import json, sys
 import torch
-from suite import engines, models
+from suite import engines
 from suite.config import Trial
+from suite.models.build import batch
 
 out = {}
 for name, spec in json.loads(sys.argv[1]).items():
@@ -141,7 +143,7 @@ for name, spec in json.loads(sys.argv[1]).items():
     eng.build()
     gen = torch.Generator().manual_seed(0)
     # The first loss over 32 samples, as the first warm-up step would take it.
-    losses = [eng.micro_step(models.batch(t.model, 8, gen, "cpu"), True).item() for _ in range(4)]
+    losses = [eng.micro_step(batch(t.model, 8, gen, "cpu"), True).item() for _ in range(4)]
     buffers = {n: str(b.dtype) for n, b in eng.engine.module.named_buffers()}
     out[name] = {"loss": sum(losses) / len(losses), "buffers": buffers, "stage": t.methods.zero_stage}
 print(json.dumps(out))
@@ -164,7 +166,7 @@ def test_zero3_builds_every_family_as_zero0_does():
     for model in FAMILY_MODELS:
         zero0, zero3 = built[f"{model}/0"], built[f"{model}/3"]
         t = Trial.from_dict(specs[f"{model}/0"])
-        shape = models.shape(t.model)
+        shape = model_shape(t.model)
         classes = shape.num_labels if t.model.task == "image-classification" else shape.vocab
         # Each loss is a bf16 value: one step of bf16 near ln(100) is 2^-7 of it (0.8%), so the 1%
         # asked for gets that quantization on top.
@@ -181,9 +183,12 @@ def test_zero3_builds_every_family_as_zero0_does():
 
 
 def test_rates_and_mfu_at_a_known_peak_where_fp32_runs_as_tf32():
-    """An A100 (datasheet: 156 dense TF32 TFLOPS, 19.5 FP32) runs fp32 matmuls as tf32, so its
-    fp32 MFU is against 156; a V100 has no tf32: 15.7. Rates by hand at 2 s per step."""
-    a100 = make_trial(["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"])
+    """An A100 (datasheet: 156 dense TF32 TFLOPS, 19.5 FP32) runs fp32 matmuls as tf32 where
+    methods.tf32 is on, so its fp32 MFU is against 156, and against 19.5 where it is off (torch's
+    default); a V100 has no tf32: 15.7. Rates by hand at 2 s per step."""
+    fp32 = ["model=pythia-160m", "hardware=a100-80gb-x8", "methods.precision=fp32"]
+    assert metrics.peak_flops(make_trial(fp32)) == 19.5e12
+    a100 = make_trial([*fp32, "methods.tf32=true"])
     assert metrics.peak_flops(a100) == 156e12
     v100 = make_trial(["model=pythia-160m", "hardware=v100-x8", "methods.precision=fp32"])
     assert metrics.peak_flops(v100) == 15.7e12

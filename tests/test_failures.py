@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import TINY, make_trial
 
-from suite import launch, store
+from suite import files, launch
+from suite.record import Run
 from suite.worker import NonFiniteLoss, classify
 
 # Real texts (sources in suite/worker.py's OOM_MARKERS), each as its library raises it.
@@ -104,12 +105,12 @@ def sleepers(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(n)]
 
 
-def wait_on_node(node: int, out: str, reports: dict[str, dict]) -> tuple[launch.Outcome, float, list]:
+def wait_on_node(node: int, out: str, reports: dict[str, dict]) -> tuple[Run, float, list]:
     """A 2-node trial's launcher on `node`, its one rank blocked, once `reports` are in the trial
     folder `out` (name -> report): its outcome, how long it waited, and its ranks."""
     t = make_trial(TINY + ["hardware=cpu-x1", "cluster.nodes=2", "measure.timeout_s=300"])
     for name, report in reports.items():
-        store.write_json(f"{out}/{name}.json", report)
+        files.write_json(f"{out}/{name}.json", report)
     procs = sleepers(1)
     start = time.monotonic()
     o = launch._wait(t, procs, out, start, launch.Node(rank=node))
@@ -135,7 +136,14 @@ def test_node_1_stops_when_node_0_has_recorded_the_trial(tmp_path):
         "node0": {"outcome": "nan", "message": "rank 0: NonFiniteLoss: loss is nan"},
     })  # fmt: skip
     assert waited < 60 and all(p.poll() is not None for p in procs)
-    assert o.outcome == "nan" and o.recorded and "node 0 recorded nan: rank 0: NonFiniteLoss" in o.message
+    assert o.outcome == "nan" and "node 0 recorded nan: rank 0: NonFiniteLoss" in o.message
+
+
+def test_node_1_raises_when_node_0_gives_no_account_of_the_trial(tmp_path, monkeypatch):
+    # Node 0 is gone: nothing records the trial, so node 1's job must fail, not pass as a follower.
+    monkeypatch.setattr(launch, "NODES_GRACE_S", 0.2)
+    with pytest.raises(launch.NoAccount, match="^oom: rank 0: .*; node 0 gave no account of the trial$"):
+        wait_on_node(1, str(tmp_path), {"error-rank0": {"outcome": "oom", "message": "MemoryError"}})
 
 
 def test_each_rank_gets_its_share_of_the_cores_no_hub_and_its_accelerator(monkeypatch):

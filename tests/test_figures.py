@@ -18,6 +18,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import LineCollection, PathCollection
 
 from analysis import plotting
 from analysis.figures import SPECS
@@ -317,3 +318,61 @@ def test_a_log_axis_labels_at_least_two_values_inside_any_range(span):
             labels = [axis.get_major_formatter()(v) for v in inside]
             assert len(inside) >= 2 and all(labels), (span, inside)
             assert [float(x) for x in labels] == pytest.approx(inside, rel=1e-6)
+
+
+def points_outside(fig) -> list[tuple]:
+    """Every data point a figure plots (lines, markers, bars, scatter) that lies outside its axes'
+    limits: drawn nowhere. Lines in axes coordinates (a reference line across the plot) are not data."""
+    out = []
+    for ax in fig.axes:
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        xs, ys = [], []
+        for line in ax.get_lines():
+            if line.get_transform() == ax.transData:
+                xs += list(np.asarray(line.get_xdata(), float))
+                ys += list(np.asarray(line.get_ydata(), float))
+        for coll in ax.collections:  # bars (hlines, errorbars) and scatter points; a filled band is no point
+            if isinstance(coll, LineCollection) and coll.get_transform() == ax.transData:
+                points = [p for seg in coll.get_segments() for p in seg]
+            elif isinstance(coll, PathCollection) and coll.get_offset_transform() == ax.transData:
+                points = list(coll.get_offsets())
+            else:
+                continue
+            xs += [float(p[0]) for p in points]
+            ys += [float(p[1]) for p in points]
+        for x, y in zip(xs, ys, strict=True):
+            if np.isfinite(x) and np.isfinite(y) and not (x0 <= x <= x1 and y0 <= y <= y1):
+                out.append((ax.get_title() or ax.get_xlabel(), x, y))
+    return out
+
+
+def test_every_figure_draws_every_point_of_its_csv(written):
+    """Each figure redrawn from the CSV written beside it: no point falls outside the axes it draws."""
+    figures, _, _ = written
+    for spec in SPECS:
+        data = csv(figures, spec.stem)
+        with matplotlib.rc_context(plotting.STYLE):
+            fig = plotting.DRAW[spec.number](data)
+        assert len(data) and points_outside(fig) == [], spec.stem
+
+
+@pytest.mark.parametrize("spread", [(-60, 60), (-43, -29), (-60, -20), (5, 60), (-2, 2), (0, 0)])
+def test_a_speedup_figure_draws_every_point_of_a_spread(spread):
+    """Figures 3 and 6 on a log scale of the ratio: every speed-up from -60% to +60%, and ranges
+    wholly below or above 0 (the demo's -29% to -43% once fell outside the axis drawn), is drawn."""
+    lo, hi = spread
+    pct = np.linspace(lo, hi, 7)
+    rows = pd.DataFrame({
+        "model": "pythia-14m", "recipe": "batch 16 x 128 tokens", "budget": "cpu-x2",
+        "memory_methods": [f"method {k}" for k in range(7)], "naive_config": "DDP mb 4x2",
+        "methods": "ZeRO-1", "smaller_micro_batch": 2, "largest_micro_batch": 4,
+        "speedup_pct": pct, "speedup_lo_pct": pct - 5, "speedup_hi_pct": pct + 5,
+        "verdict": ["significantly faster", "tied", "significantly slower", "tied", "smaller significantly faster",
+                    "largest significantly faster", "tied"],
+    })  # fmt: skip
+    for draw in (plotting.method_speedup, plotting.micro_batch):
+        with matplotlib.rc_context(plotting.STYLE):
+            fig = draw(rows)
+        assert points_outside(fig) == [], (draw.__name__, spread)
+        (a, b), ratios = fig.axes[0].get_xlim(), 1 + np.concatenate([pct - 5, pct + 5]) / 100
+        assert a <= ratios.min() and ratios.max() <= b

@@ -1,11 +1,11 @@
 """The GPU predictor's model (suite.predict.gpu), the methods published runs use (selective
 recomputation, FSDP2's reduce-scatter at every micro-step, tied embeddings), `suite-predict`'s
 fixed configuration and hardware=all, and the scoring against published runs
-(benchmarks/published_accuracy.py)."""
+(analysis/published_runs.py)."""
 
 from __future__ import annotations
 
-import sys
+import math
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -15,6 +15,7 @@ from conftest import FSDP2, TINY, make_trial, measured_all
 
 from suite.config import compose
 from suite.config.validate import problems
+from suite.models.arch import attentions, shape
 from suite.predict import Predictor, gpu
 from suite.predict.timing import Network
 from suite.predict.trace import traced
@@ -42,9 +43,7 @@ def _hardware(name: str):
 
 
 def _attends(t) -> bool:
-    from suite import models
-
-    return t.unit == "token" and bool(models.attentions(t.model))
+    return t.unit == "token" and bool(attentions(t.model))
 
 
 SHIPPED = [m for m in compose.options("model") if m not in ("hf", "mamba-2.8b")]
@@ -121,13 +120,11 @@ def test_a_fused_loss_keeps_no_fp32_copy_of_the_logits():
     without transformers' fp32 log-probabilities and their fp32 gradient: at a large vocabulary
     and micro-batch, where the loss's backward is the peak, two fp32 copies of the logits less;
     an implementation that does not fuse its loss is predicted exactly as the suite's trial."""
-    from suite import models
-
     t = compose.trial(
         ["model=pythia-14m", "hardware=a100-80gb", "model.recipe.seq_len=512", "model.recipe.global_batch=64"]
         + ["methods.micro_batch=16"]
     )
-    logits = 16 * 512 * models.shape(t.model).vocab
+    logits = 16 * 512 * shape(t.model).vocab
     unfused = gpu.Implementation(name="unfused loss", fused=frozenset({"attention", "norm"}))
     fused = gpu.Implementation(name="fused loss", fused=frozenset({"attention", "norm", "loss"}))
     suite, same, less = (Predictor().predict(t, impl) for impl in (gpu.SUITE, unfused, fused))
@@ -193,25 +190,45 @@ def _two_blocks(model: str) -> list[str]:
 
 
 @pytest.mark.parametrize("model", [m if m == "pythia-1b" else pytest.param(m, marks=pytest.mark.slow) for m in SHIPPED])
-def test_hardware_all_answers_for_every_shipped_model(model, capsys):
-    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. The README's
-    own, pythia-1b, at full size (the quick tier's); the others with two blocks, their
-    architecture and recipe otherwise as shipped (a full-size trace is seconds a model; what is
-    tested is the rows of every profile, and each block is traced alike)."""
-    from cli.predict import main
+def test_hardware_all_answers_for_every_shipped_model_as_report_predict_does(model, capsys, monkeypatch):
+    """Every GPU profile gets a row: V100s, which have no bf16, at fp16, labelled so. And one policy
+    (`analysis.predicted.predict_budget`): `suite-report tables --predict` names the same best
+    configuration, with the same figures and label, as `suite-predict hardware=all` printed, on
+    every GPU profile (each at one of the four counts, the counts in turn). The README's own,
+    pythia-1b, at full size (the quick tier's); the others with two blocks, their architecture
+    and recipe otherwise as shipped (a full-size trace is seconds a model; what is tested is the
+    rows of every profile, and each block is traced alike); the search space narrowed."""
+    from analysis import predicted
+    from analysis.prices import load_prices
+    from cli import predict
 
-    narrow = ["search.engines=[fsdp2]", "search.offloads=[none]", "search.recomputes=[none]"]
-    assert main([f"model={model}", "hardware=all", *narrow, *([] if model == "pythia-1b" else _two_blocks(model))]) == 0
+    printed = []
+    monkeypatch.setattr(predict, "predict_all", lambda *a: printed.extend(predicted.predict_all(*a)) or printed)
+    extra = ["search.engines=[fsdp2]", "search.offloads=[none]", "search.recomputes=[none]"]
+    extra += [] if model == "pythia-1b" else _two_blocks(model)
+    assert predict.main([f"model={model}", "hardware=all", *extra]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.split() and line.split()[0].endswith(("-x1", "-x8"))]
     assert len(rows) == 2 * len(compose.gpu_profiles())
     if compose.trial([f"model={model}"]).model.recipe.precision == "bf16":
         assert "fp16 (bf16 unsupported)" in out
 
+    every = {b.base.hardware.name: b for b in printed}
+    budgets = [f"{gpu}-x{(1, 2, 4, 8)[i % 4]}" for i, gpu in enumerate(compose.gpu_profiles())]
+    asked = predicted.asked([",".join([f"{model}@{b}", *extra]) for b in budgets])  # --predict MODEL@GPU-xN,...
+    report = predicted.predicted_frame(asked, load_prices())
+    for budget, row in zip(budgets, report.to_dict("records"), strict=True):
+        answer, best = every[budget], every[budget].best
+        assert row["budget"] == budget and row["precision"] == (answer.label or answer.base.precision), budget
+        assert row["config"] == (best["config"] if best else "does not fit"), budget
+        line = next(r for r in out.splitlines() if r.startswith(budget + " "))
+        assert row["config"] in line, (budget, line)
+        for k, column in predicted.PREDICTED_KEYS.items():
+            assert row[column] == pytest.approx(best[k] if best else math.nan, nan_ok=True), (budget, k)
+
 
 def test_published_runs_are_scored_on_a_few_rows():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import published_accuracy as pa
+    from analysis import published_runs as pa
 
     rows = pa.rows()
     assert len(rows) >= 100 and any(r.skipped for r in rows)
@@ -290,3 +307,12 @@ def test_zero3s_micro_step_on_a_datasheet_gpu_lasts_its_hosts_time_where_that_ou
     assert p3.t_micro > 1.5 * host  # at 256 x 2048 tokens the GPU's time outlasts the host's
     measured = replace(m, step_scale={"zero3": {"sync": 1e-4}})
     assert "zero3_host_s" not in timing.step_parts(z3, tr, measured).detail
+
+
+def test_fp32_without_tf32_is_predicted_at_the_gpus_fp32_rate():
+    """fp32 matmuls on CUDA cores (TF32 off, PyTorch's default) run at the fp32 peak; with TF32 on,
+    at the TF32 tensor-core peak: several times faster on an A100."""
+    base = ["model=pythia-160m", "hardware=a100-80gb", "model.recipe.precision=fp32", "methods.micro_batch=4"]
+    off, on = (Predictor().predict(make_trial([*base, f"methods.tf32={v}"])) for v in ("false", "true"))
+    assert off.step_time_s > 2.5 * on.step_time_s
+    assert 0 < on.mfu < 1 and 0 < off.mfu < 1

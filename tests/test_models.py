@@ -23,9 +23,13 @@ from conftest import CPU_RUN, FACTS, MEMBERS, TINY, TINY_MEMBERS, make_trial, sh
 from torch.utils.flop_counter import FlopCounterMode
 
 from analysis.load import recipe_label, row
-from suite import launch, methods, models, paths
+from suite import launch, methods, paths
 from suite.config.validate import problems
 from suite.labels import describe
+from suite.models.arch import attention, shape
+from suite.models.build import batch, build
+from suite.models.flops import _count, count_flops, flop_counter
+from suite.models.kernels import kernel_path
 from suite.runner import run_one, summary_line
 
 ROOT = paths.CHECKOUT
@@ -61,28 +65,38 @@ def test_each_member_builds_and_its_batch_trains_on_cpu(member):
     t = make_trial(TINY_MEMBERS[member])
     assert problems(t) == []
     torch.manual_seed(0)
-    model = models.build(t.model, t.methods.attention, "none")
-    batch = models.batch(t.model, 2, torch.Generator().manual_seed(0), "cpu")
-    loss = model(**batch).loss
+    model = build(t.model, t.methods.attention, "none")
+    inputs = batch(t.model, 2, torch.Generator().manual_seed(0), "cpu")
+    loss = model(**inputs).loss
     loss.backward()
     assert math.isfinite(loss.item())
     if t.unit == "image":
-        assert batch["pixel_values"].shape == (2, 3, 32, 32) and t.tokens_per_sample == 1
+        assert inputs["pixel_values"].shape == (2, 3, 32, 32) and t.tokens_per_sample == 1
     else:
-        assert batch["input_ids"].shape == (2, 64) and t.tokens_per_sample == 64
+        assert inputs["input_ids"].shape == (2, 64) and t.tokens_per_sample == 64
     if t.model.task == "masked-lm":
-        assert 0 < (batch["labels"] != -100).sum() < batch["labels"].numel()
+        assert 0 < (inputs["labels"] != -100).sum() < inputs["labels"].numel()
 
 
-def test_attention_free_models_run_none_whatever_is_asked():
+def test_attention_free_models_run_none_and_refuse_a_method_that_means_nothing_there():
+    """Mamba and ConvNeXt run `none` at the default attention or at `none`; an attention kernel or
+    selective recomputation asked of them is refused, naming why, rather than run as another
+    trial's run under a second id."""
     for member in ("mamba", "convnext"):
-        for asked in ("sdpa", "eager", "flash_attention_2"):
+        for asked in ("sdpa", "none"):
             t = make_trial(TINY_MEMBERS[member] + [f"methods.attention={asked}", "methods.precision=bf16"])
-            assert models.attention(t) == "none" and problems(t) == [], (member, asked)
+            assert attention(t) == "none" and problems(t) == [], (member, asked)
             assert "attn=none" in describe(t)
+        for asked in ("eager", "flash_attention_2"):
+            found = problems(make_trial(TINY_MEMBERS[member] + [f"methods.attention={asked}"]))
+            assert len(found) == 1 and f"methods.attention={asked} means nothing for" in found[0], found
+            assert "it has no attention" in found[0]
+        found = problems(make_trial(TINY_MEMBERS[member] + ["methods.recompute=selective"]))
+        assert len(found) == 1 and "has no attention: choose none or full" in found[0], found
+        assert problems(make_trial(TINY_MEMBERS[member] + ["methods.recompute=full"])) == []
     t = make_trial(["model=mamba-2.8b", "hardware=h100-sxm-x4"])  # the default sdpa, on a GPU budget
-    assert problems(t) == [] and models.attention(t) == "none"
-    assert models.attention(make_trial(TINY_MEMBERS["image-classification"])) == "sdpa"  # ViT has attention
+    assert problems(t) == [] and attention(t) == "none"
+    assert attention(make_trial(TINY_MEMBERS["image-classification"])) == "sdpa"  # ViT has attention
 
 
 def test_recipe_precision_on_cpu_is_fp32_and_the_first_command_is_valid():
@@ -95,13 +109,13 @@ def test_recipe_precision_on_cpu_is_fp32_and_the_first_command_is_valid():
 
 
 def test_shape_facts_come_from_the_config_by_common_names():
-    gpt2 = models.shape(make_trial(["model=gpt2-124m"]).model)
+    gpt2 = shape(make_trial(["model=gpt2-124m"]).model)
     assert (gpt2.hidden, gpt2.layers, gpt2.heads, gpt2.vocab, gpt2.max_positions) == (768, 12, 12, 50304, 1024)
     convnext = make_trial(["model=convnext-xlarge", "hardware=a100-80gb-x8"])
-    s = models.shape(convnext.model)
+    s = shape(convnext.model)
     assert (s.hidden, s.layers, s.heads, s.patch_size, s.num_labels) == (2048, 36, 0, 4, 21841)
     assert methods.bucket_elements(convnext) == 2048 * 2048
-    mamba = models.shape(make_trial(["model=mamba-2.8b"]).model)
+    mamba = shape(make_trial(["model=mamba-2.8b"]).model)
     assert (mamba.hidden, mamba.layers, mamba.vocab, mamba.max_positions) == (2560, 64, 50280, 0)
 
 
@@ -216,7 +230,7 @@ def test_grouped_convolution_backward_costs_twice_its_forward():
     x = torch.randn(2, 8, 14, 14, device="meta", requires_grad=True)
     with FlopCounterMode(display=False) as fwd:
         y = conv(x)
-    with models.flop_counter() as bwd:
+    with flop_counter() as bwd:
         y.sum().backward()
     assert bwd.get_total_flops() == 2 * fwd.get_total_flops()
 
@@ -225,24 +239,24 @@ def test_convnext_and_mamba_flops_match_their_papers():
     # ConvNeXt-XL at 224x224: Liu et al. 2022 give 60.9G FLOPs, a multiply-add counted as one,
     # so 3 x 2 x 60.9e9 with the backward. Mamba: 6 FLOPs per parameter and token (no attention).
     convnext = make_trial(["model=convnext-xlarge", "hardware=a100-80gb-x8"]).model
-    flops, _ = models.count_flops(convnext, "sdpa", "none")
+    flops, _ = count_flops(convnext, "sdpa", "none")
     assert flops == pytest.approx(6 * 60.9e9, rel=0.01)
     mamba = make_trial(["model=mamba-2.8b", "model.recipe.seq_len=512", "model.config.num_hidden_layers=4"]).model
-    flops, n_params = models.count_flops(mamba, "sdpa", "none")
+    flops, n_params = count_flops(mamba, "sdpa", "none")
     assert flops / 512 == pytest.approx(6 * n_params, rel=0.01)
 
 
 def test_extrapolated_flops_equal_a_full_count():
     t = make_trial(TINY_MEMBERS["mamba"] + ["model.recipe.seq_len=40"])
     with torch.device("meta"):
-        model = models.build(t.model, "none", "full")
-    assert models.count_flops(t.model, "sdpa", "full")[0] == models._count(model, t.model, 1)
+        model = build(t.model, "none", "full")
+    assert count_flops(t.model, "sdpa", "full")[0] == _count(model, t.model, 1)
 
 
 def test_kernel_path_without_the_packages_is_slow():
-    mamba = models.build(make_trial(TINY_MEMBERS["mamba"]).model, "none", "none")
-    assert models.kernel_path(mamba) == "slow (PyTorch reference; causal-conv1d, mamba-ssm not installed)"
-    assert models.kernel_path(models.build(make_trial(TINY).model, "sdpa", "none")) is None
+    mamba = build(make_trial(TINY_MEMBERS["mamba"]).model, "none", "none")
+    assert kernel_path(mamba) == "slow (PyTorch reference; causal-conv1d, mamba-ssm not installed)"
+    assert kernel_path(build(make_trial(TINY).model, "sdpa", "none")) is None
 
 
 FUSED = "(*args, **kwargs):\n    raise RuntimeError('a fused kernel ran')\n"
@@ -269,20 +283,22 @@ def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp
     probe = textwrap.dedent(
         f"""
         import json, torch
-        from suite import models
         from suite.config import Trial
+        from suite.models.build import build
+        from suite.models.flops import count_flops
+        from suite.models.kernels import kernel_path
         t = Trial.from_dict(json.load(open({str(spec)!r})))
         with torch.device("meta"):
-            model = models.build(t.model, "none", "none")
-        print(models.kernel_path(model))
-        print(models.count_flops(t.model, "none", "none")[0])
+            model = build(t.model, "none", "none")
+        print(kernel_path(model))
+        print(count_flops(t.model, "none", "none")[0])
         """
     )
     out = run_cli("-c", probe, path=(str(tmp_path),))
     assert out.returncode == 0, out.stderr[-2000:]
     path, flops = out.stdout.strip().splitlines()[-2:]
     assert path == "fast (causal-conv1d, mamba-ssm)"
-    assert float(flops) == models.count_flops(t.model, "none", "none")[0]
+    assert float(flops) == count_flops(t.model, "none", "none")[0]
 
 
 # --- newcomer papercuts ---------------------------------------------------------------------
@@ -335,9 +351,9 @@ def test_each_member_trains_under_zero3_across_two_processes(zero3, member):
     m = rec.metrics
     assert m["optimizer_wrapper"] == "DeepSpeedZeroOptimizer_Stage3" and len(m["memory_per_rank"]) == 2
     assert all(math.isfinite(x) for x in m["loss_per_step"])
-    assert (m["precision"], m["attention"]) == ("fp32", models.attention(t))
+    assert (m["precision"], m["attention"]) == ("fp32", attention(t))
     assert m["tokens_per_step"] == t.model.recipe.global_batch * t.tokens_per_sample
-    flops, _ = models.count_flops(t.model, t.methods.attention, "none")
+    flops, _ = count_flops(t.model, t.methods.attention, "none")
     assert m["model_flops_per_token"] == pytest.approx(flops / t.tokens_per_sample)
     expected = "slow (PyTorch reference; causal-conv1d, mamba-ssm not installed)" if member == "mamba" else None
     assert m.get("kernel_path") == expected
@@ -374,21 +390,21 @@ def test_own_config_json_of_an_unshipped_architecture_runs_from_the_cli(tmp_path
 def test_architecture_facts_are_kept_on_disk_by_config_and_read_back_equal(tmp_path, monkeypatch):
     """A command reads a model's facts from the cache instead of importing its modeling code; a
     config that differs gets an entry of its own, and an unreadable entry is read again."""
-    from suite import models
+    from suite.models import arch as facts
 
     monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "_archs", {})
+    monkeypatch.setattr(facts, "_archs", {})
     m = make_trial(TINY).model
-    first = models.arch(m)
-    path = models._arch_path(m, models._arch_key(m))
+    first = facts.arch(m)
+    path = facts._arch_path(m, facts._arch_key(m))
     assert path.parent == tmp_path / "archs" and path.exists()
-    monkeypatch.setattr(models, "_archs", {})  # a new process: memory empty
-    monkeypatch.setattr(models, "_read_arch", lambda m: pytest.fail("read again though cached"))
-    assert models.arch(m) == first
+    monkeypatch.setattr(facts, "_archs", {})  # a new process: memory empty
+    monkeypatch.setattr(facts, "_read_arch", lambda m: pytest.fail("read again though cached"))
+    assert facts.arch(m) == first
     wider = replace(m, config={**m.config, "num_hidden_layers": m.config.get("num_hidden_layers", 2) + 1})
-    assert models._arch_path(wider, models._arch_key(wider)) != path
+    assert facts._arch_path(wider, facts._arch_key(wider)) != path
     monkeypatch.undo()
     monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "_archs", {})
+    monkeypatch.setattr(facts, "_archs", {})
     path.write_text("{not json")
-    assert models.arch(m) == first and models._load_arch(path) == first  # read again, written again
+    assert facts.arch(m) == first and facts._load_arch(path) == first  # read again, written again

@@ -17,9 +17,12 @@ import pytest
 import torch
 
 from suite.config import Trial
+from suite.models.build import batch, build
+from suite.models.flops import count_flops
 from suite.predict import Predictor, memory, timing
 from suite.predict.machine import GIB, datasheet, interpolate, load_calibration
-from suite.predict.trace import B1, B2, Trace, _record, build_fake, traced
+from suite.predict.recorder import build_fake, record
+from suite.predict.trace import B1, B2, Trace, traced
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -32,16 +35,14 @@ def _isolated(tmp_path_factory, monkeypatch):
 
 def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(tiny):
     """Traced at two micro-batches, the trace predicts a third exactly (memory and FLOPs), and
-    its FLOPs are those FlopCounterMode counts (suite.models.count_flops) within 2%: that one
+    its FLOPs are those FlopCounterMode counts (suite.models.flops.count_flops) within 2%: that one
     decomposes CPU flash attention into matrix multiplies, whose backward does not recompute
     the attention scores as the fused kernel does (one matmul of s x s x d less per layer)."""
-    from suite.models import count_flops
-
     t = tiny()
     tr = traced(t.model, "sdpa", "full", "fp32")
     model, fake = build_fake(t.model, "sdpa", "full", "fp32")
     for b in (1, 3, 8):
-        events, act, fresh, cum = _record(model, t.model, b, fake)
+        events, act, fresh, cum, _, _ = record(model, t.model, b, fake)
         assert tr.activation_bytes(b) == pytest.approx(max(a + f for a, f in zip(act, fresh, strict=True)))
         assert tr.activation_bytes_with_grads(b) == pytest.approx(max(a + g for a, g in zip(act, cum, strict=True)))
         assert tr.flops(b) == pytest.approx(sum(e.flops for e in events))
@@ -61,8 +62,6 @@ def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
     """The fake trace's activation peak is what a real CPU forward and backward allocates,
     counted by glibc itself (mallinfo2) in the second step (the steady state)."""
     import ctypes
-
-    from suite import models
 
     class MallInfo(ctypes.Structure):
         _fields_ = [
@@ -89,8 +88,8 @@ def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
         return m.uordblks + m.hblkhd
 
     t = tiny()
-    model = models.build(t.model, "sdpa", "none")
-    inputs = models.batch(t.model, 4, torch.Generator().manual_seed(0), "cpu")
+    model = build(t.model, "sdpa", "none")
+    inputs = batch(t.model, 4, torch.Generator().manual_seed(0), "cpu")
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Peak(TorchDispatchMode):
@@ -323,6 +322,7 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
     """A GPU budget is predicted from its datasheet on a machine without one; every figure is
     labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
+    from analysis import predicted
     from cli import predict
     from tests.conftest import TINY
 
@@ -337,9 +337,10 @@ def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatc
     assert rows and all(" yes " in r or " no " in r for r in rows)
     assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
     assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
-    assert len(predict.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
+    assert len(predicted.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
     few = [["hardware=a6000", "hardware.count=4"], ["hardware=h100-sxm", "hardware.count=8"], ["hardware=v100-x1"]]
-    monkeypatch.setattr(predict, "budgets", lambda overrides: few if "hardware=all" in overrides else [[]])
+    one = predicted.budgets
+    monkeypatch.setattr(predicted, "budgets", lambda o: [[*model, *h] for h in few] if "hardware=all" in o else one(o))
     assert predict.main([*model, "hardware=all"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("a6000-x4", "h100-sxm-x8", "v100-x1")) and "cpu-x2" not in out
@@ -504,22 +505,19 @@ def test_rank_correlation_of_the_measurement_against_itself():
 
 
 def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
-    """`benchmarks/prediction_accuracy.py --rescore`: a result's measured step times against the
+    """`python -m benchmarks.prediction_accuracy --rescore`: a result's measured step times against the
     predictions of a calibration given as a file, with the engine's loop scales and ZeRO-0's alone."""
-    import importlib.util
     import json
     from pathlib import Path
 
     import pandas as pd
 
     from analysis.accuracy import method_label
+    from benchmarks import prediction_accuracy as bench
     from suite.predict import Predictor
     from suite.predict.machine import Machine
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("prediction_accuracy", root / "benchmarks/prediction_accuracy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cal_path = sorted((root / "results/benchmarks/calibrations").glob("*.json"))[0]
     cal = Machine.from_dict(json.loads(cal_path.read_text()))
     assert cal.step_scale["zero3"]["optimizer"] != cal.step_scale["zero0"]["optimizer"]

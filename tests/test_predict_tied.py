@@ -17,6 +17,7 @@ from dataclasses import replace
 import pytest
 
 from suite.predict import memory
+from suite.predict.peaks import Term
 from suite.predict.trace import traced
 from tests.conftest import CPU_RUN, make_trial
 
@@ -45,7 +46,7 @@ def gemma(tied: bool, *extra: str):
     return make_trial([*GEMMA, f"model.name={name}", f"+model.config.tie_word_embeddings={str(tied).lower()}", *extra])
 
 
-def term(terms: list[memory.Term], start: str) -> float:
+def term(terms: list[Term], start: str) -> float:
     return sum(x.bytes for x in terms if x.name.startswith(start))
 
 

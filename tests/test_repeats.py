@@ -136,13 +136,13 @@ def test_a_record_keeps_every_run_and_summarises_them_by_hand():
 def test_a_run_that_fails_gives_the_trial_its_outcome():
     rec, _ = runs_of([1.0, 1.1])
     t = rec.spec
-    oom = rec.with_run(t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
+    oom = add_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
     assert oom.outcome == "oom" and oom.metrics == {} and len(oom.runs) == 3
     assert oom.message == (
         "fits only sometimes: run 3 ended oom after 2 ok run(s) (1.000, 1.100 s/step): rank 0: MemoryError"
     )
     assert not wants_run(oom, make_trial(TINY + ["measure.repeats=5"]))  # decided: not measured again
-    crashed = rec.with_run(t, "test", "crashed", "rank 1 killed by SIGKILL", {}, 3.0)
+    crashed = add_run(rec, t, "test", "crashed", "rank 1 killed by SIGKILL", {}, 3.0)
     assert crashed.outcome == "crashed"
     again = crashed.without(("crashed",))  # a crashed run is run again; the good ones stay
     assert again.outcome == "ok" and again.n_runs == 2 and again.runs == rec.runs

@@ -28,7 +28,6 @@ from suite.runner import Ran
 from suite.search import (
     SearchReport,
     confirm,
-    divisors,
     log_of,
     may_tie,
     micro_batch_search,
@@ -37,8 +36,8 @@ from suite.search import (
     search_problems,
     side_by_side,
     with_measure,
-    with_methods,
 )
+from suite.space import divisors, with_methods
 
 
 def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
@@ -65,9 +64,12 @@ def scripted(limit: int, step_s, calls: list, run_s=lambda t, k: 0.0):
 
 
 def figures(step_time_s: float) -> dict:
-    """A run's metrics as the worker writes them, with only what the search and store read."""
+    """A run's metrics as the worker writes them, with only what the search, the store and the
+    results reader (analysis.load) read."""
     return {
         "step_time_s": step_time_s,
+        "tokens_per_step": 1024,
+        "gas": 1,
         "step_time_std_s": 0.01 * step_time_s,
         "model_flops_per_token": 1e6,
         "hardware_flops_per_token": 1e6,
@@ -393,7 +395,7 @@ def test_the_search_covers_both_engines_and_asks_the_predictor_in_seconds():
     """The default search space holds DeepSpeed's four stages and FSDP2's two modes; the
     predictor behind the search's interface orders memory as sharding and recomputation say,
     and gives seconds (an A100 profile: datasheet constants, no calibration needed)."""
-    from suite.search import combinations, shardings
+    from suite.space import combinations, shardings
 
     cfg = SearchConfig(offloads=["none"], recomputes=["none", "full"])
     assert [(s["engine"], s["zero_stage"], s["reshard_after_forward"]) for s in shardings(cfg)] == [
@@ -587,14 +589,9 @@ def test_a_broken_wandb_setup_is_a_warning_not_a_failed_trial(tmp_path, capsys, 
 
 
 def test_a_replayed_search_meets_the_recorded_noise_in_the_order_it_came(tiny, tmp_path):
-    # benchmarks/search_replay.py: the grid's figures are the truth, the noise store's runs over
+    # benchmarks.search_replay: the grid's figures are the truth, the noise store's runs over
     # their median are the machine's noise, in the order they were measured.
-    import importlib.util
-
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("search_replay", root / "benchmarks/search_replay.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    from benchmarks import search_replay as replay
 
     def stored(d: Path, t: Trial, times: list[float]) -> None:
         rec = None

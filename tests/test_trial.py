@@ -20,7 +20,9 @@ import psutil
 import pytest
 from conftest import CPU_RECIPE, FACTS, FSDP2, ONE, STAGES, TINY, make_trial, measured_all
 
-from suite import launch, models, store
+from suite import launch, store
+from suite.models.arch import shape
+from suite.models.flops import count_flops
 from suite.record import Record
 from suite.runner import run_one
 
@@ -73,7 +75,7 @@ def test_every_zero_stage_and_offload_trains_across_two_processes(zero_results, 
     )
     assert (m["warmup_steps_run"], m["skipped_steps_warmup"], m["skipped_steps_discarded"]) == (1, 0, 0)
     assert m["recompiles_timed"] == 0 and m["probe_flops"] > 0  # the machine's speed, after the timed window
-    assert m["first_loss"] == pytest.approx(math.log(models.shape(t.model).vocab), rel=0.02)
+    assert m["first_loss"] == pytest.approx(math.log(shape(t.model).vocab), rel=0.02)
     assert 0 < m["build_peak_mem_gib"] and 0 < m["peak_mem_gib"] < m["host_peak_gib"]
     assert workers_of(t) == []
 
@@ -98,8 +100,8 @@ def test_zero_stages_give_the_loss_of_stage_0(zero_results):
 
 @pytest.mark.slow
 def test_recomputation_is_really_applied(tiny, fsdp2_results):
-    plain_flops, _ = models.count_flops(tiny().model, "sdpa", "none")
-    rc_flops, _ = models.count_flops(tiny().model, "sdpa", "full")
+    plain_flops, _ = count_flops(tiny().model, "sdpa", "none")
+    rc_flops, _ = count_flops(tiny().model, "sdpa", "full")
     # Backward re-runs each block's forward: 2 of the tiny model's ~6.9e7 FLOPs per sample
     # are blocks, so the rise is the blocks' forward, not the embedding or the head.
     assert rc_flops > 1.1 * plain_flops

@@ -29,7 +29,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from suite import paths
-from suite.config.schema import Config, Trial
+from suite.config.schema import Config, HardwareConfig, Trial
+from suite.models.config import inline
 
 _HYDRA = threading.Lock()
 """Held while composing: Hydra keeps one global state per process (`GlobalHydra`)."""
@@ -165,13 +166,11 @@ def _composed(args: tuple[str, ...], stamp: tuple):
 
 def trial_from_cfg(cfg: Any) -> Trial:
     """The trial of a composed config; a local config.json's fields are copied into the
-    trial (`suite.models.inline`), so its record stands alone."""
-    from suite import models
-
+    trial (`suite.models.config.inline`), so its record stands alone."""
     d = OmegaConf.to_container(cfg, resolve=True)
     spec = {k: d[k] for k in ("model", "hardware", "methods", "measure", "debug")}
     t = Trial.from_dict({**spec, "nodes": d["cluster"]["nodes"]})
-    return dataclasses.replace(t, model=models.inline(t.model))
+    return dataclasses.replace(t, model=inline(t.model))
 
 
 def trial(args: list[str]) -> Trial:
@@ -195,8 +194,6 @@ def with_hardware(cfg: Any, gpu: str, count: int) -> Any:
 def _hardware_node(name: str, stamp: tuple):
     """conf/hardware/<name>.yaml merged into the hardware schema, read once per `stamp`
     (callers copy it before changing it)."""
-    from suite.config.schema import HardwareConfig
-
     return OmegaConf.merge(OmegaConf.structured(for_hydra(HardwareConfig)), _hardware_file(name))
 
 

@@ -25,7 +25,7 @@ Optimizer = Literal["engine", "torch_fused"]
 Device = Literal["cpu", "cuda"]
 Fault = Literal["none", "hang", "kill", "nan", "oom", "overflow"]
 ZeroStage = Literal[0, 1, 2, 3]
-Task = Literal["causal-lm", "masked-lm", "image-classification"]
+Task = Literal["causal-lm", "masked-lm", "image-classification", "question-answering", "sequence-classification"]
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
@@ -37,7 +37,7 @@ DEVICES: tuple[str, ...] = get_args(Device)
 FAULTS: tuple[str, ...] = get_args(Fault)
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 GPU_COUNTS = (1, 2, 4, 8)
-TASKS = dict(zip(get_args(Task), ("token", "token", "image"), strict=True))
+TASKS = dict(zip(get_args(Task), ("token", "token", "image", "token", "token"), strict=True))
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
 (an image has no token count common to every architecture: a ViT sees patches, a ConvNeXt pixels)."""
 PREDICTION_ONLY = ("memory_gbps", "link", "link_gbps", "host_gbps", "bandwidth_source")
@@ -85,7 +85,7 @@ class ModelConfig:
     """transformers model type (gpt_neox, llama, mamba, convnext, ...); may be left empty with `hf_config`."""
     hf_config: str = ""
     """A local config.json (or a folder holding one) to start from; never a Hub id. A trial
-    keeps the file's fields in `config` (see `suite.models.inline`), so its record stands alone."""
+    keeps the file's fields in `config` (see `suite.models.config.inline`), so its record stands alone."""
     config: dict[str, Any] = field(default_factory=dict)
     """transformers config fields, with transformers' names; over `hf_config` where both give one."""
     source: str = ""
@@ -153,13 +153,20 @@ class MethodsConfig:
     recompute: Recompute = "none"
     """Activation recomputation: none, full (every block keeps only its input) or selective (every
     block keeps its matmuls' and attention's outputs and recomputes the rest: PyTorch's selective
-    activation checkpointing, Korthikanti et al. 2022); `suite.models.apply_recompute`."""
+    activation checkpointing, Korthikanti et al. 2022); `suite.models.recompute.apply_recompute`."""
     micro_batch: int = 1
     """Samples per device per micro-step; gradient accumulation keeps the global batch."""
     attention: Attention = "sdpa"
     """eager, sdpa or flash_attention_2, where the model class supports it. A model without
-    attention (Mamba, ConvNeXt) has none to choose: any value runs as `none` (`suite.models.attention`)."""
+    attention (Mamba, ConvNeXt) has none to choose: it runs `none` (`suite.models.arch.attention`) at the
+    default or at `none`; another value, or recompute=selective, is refused (`suite.config.validate`)."""
     compile: bool = False
+    tf32: bool = False
+    """fp32 matrix multiplies and convolutions on TF32 tensor cores (`torch.backends.cuda.matmul` and
+    `torch.backends.cudnn` `allow_tf32`): off by default, as PyTorch has it for matmuls (its cuDNN
+    default is on; the suite sets both from this one switch), on with `+lunch=on` (the seed's free
+    lunch). It applies where the GPU has TF32 (`hardware.tf32`; `Trial.tf32`); elsewhere it changes
+    nothing and is no part of the id. It changes only what runs in fp32 (an fp32 recipe, fp32 parts)."""
     optimizer: Optimizer = "engine"
     """AdamW as the engine's own: DeepSpeed's FusedAdam (its CPU Adam under offload), torch's fused
     AdamW under FSDP2; or torch_fused: torch's fused AdamW handed to DeepSpeed, where DeepSpeed's
@@ -360,6 +367,8 @@ class Trial:
         me = d["methods"]
         if me["optimizer"] == "engine":
             del me["optimizer"]  # ids predate the setting and stay as they were
+        if not self.tf32:
+            del me["tf32"]  # ids predate the setting; where TF32 does not run, it changes nothing
         if not me["reduce_every_micro_step"]:
             del me["reduce_every_micro_step"]  # ids predate the field and stay as they were
         if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
@@ -377,6 +386,12 @@ class Trial:
         if p != "recipe":
             return p
         return "fp32" if self.hardware.device == "cpu" else self.model.recipe.precision
+
+    @property
+    def tf32(self) -> bool:
+        """Whether fp32 matmuls and convolutions run on TF32 tensor cores: `methods.tf32` where the
+        GPU has them (`hardware.tf32`), never elsewhere."""
+        return bool(self.methods.tf32 and self.hardware.tf32 and self.hardware.device == "cuda")
 
     @property
     def unit(self) -> str:

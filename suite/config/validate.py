@@ -15,7 +15,7 @@ import json
 from functools import cache
 from typing import Any
 
-from suite import models, stats
+from suite import stats
 from suite.config.schema import (
     ATTENTIONS,
     DEVICES,
@@ -31,6 +31,8 @@ from suite.config.schema import (
     MethodsConfig,
     Trial,
 )
+from suite.models.arch import arch, attention
+from suite.models.config import SUITE_FIELDS, ModelError, config_class, fields, hf_config, int_field
 
 
 def _positive_fields(cfg_class, f: dict[str, Any]) -> list[str]:
@@ -83,31 +85,31 @@ def _model_problems(t: Trial) -> list[str]:
     if m.task not in TASKS:
         p.append(f"model.task={m.task!r} is not allowed; choose one of {', '.join(TASKS)}")
     try:
-        model_type, f = models.fields(m)
-        cfg_class = models.config_class(model_type)
-    except models.ModelError as e:
+        model_type, f = fields(m)
+        cfg_class = config_class(model_type)
+    except ModelError as e:
         return p + [str(e)]
-    for k, owner in models.SUITE_FIELDS.items():
+    for k, owner in SUITE_FIELDS.items():
         if k in m.config:
             p.append(f"model.config.{k} is set by the trial, not the model config: use {owner}")
     bad = _positive_fields(cfg_class, f)
     if bad:  # transformers' own validators would only report the first of them
         return p + bad
     try:
-        built = models.hf_config(m)
-    except models.ModelError as e:
+        built = hf_config(m)
+    except ModelError as e:
         return p + [str(e)]
     p += _unknown_fields(cfg_class, f, built)
     if m.task not in TASKS:
         return p
     try:
-        a = models.arch(m)
-    except models.ModelError as e:
+        a = arch(m)
+    except ModelError as e:
         return p + [str(e)]
     s = a.shape
     if s.heads and s.hidden % s.heads and not a.head_dim_given:
         p.append(f"model.config: hidden_size={s.hidden} is not divisible by num_attention_heads={s.heads}")
-    kv = models.int_field(built, "num_key_value_heads")
+    kv = int_field(built, "num_key_value_heads")
     if s.heads and kv and s.heads % kv:
         p.append(f"model.config: num_attention_heads={s.heads} is not divisible by num_key_value_heads={kv}")
     if TASKS[m.task] == "token":
@@ -134,6 +136,17 @@ def _model_problems(t: Trial) -> list[str]:
     if a.attentions and me.attention not in a.attentions:
         allowed = ", ".join(a.attentions)
         p.append(f"methods.attention={me.attention} is not supported by {a.model_class}; choose one of {allowed}")
+    if not a.attentions:  # a method that means nothing here would run as another's trial under a second id
+        if me.attention not in (MethodsConfig.attention, "none"):
+            p.append(
+                f"methods.attention={me.attention} means nothing for {a.model_class}: it has no attention (it runs "
+                f"'none'); leave methods.attention at its default ({MethodsConfig.attention}) or set none"
+            )
+        if me.recompute == "selective":
+            p.append(
+                "methods.recompute=selective recomputes the cheap operators around a block's attention and keeps "
+                f"its matmuls (Korthikanti et al. 2022); {a.model_class} has no attention: choose none or full"
+            )
     return p
 
 
@@ -225,7 +238,7 @@ def problems(t: Trial) -> list[str]:
         p.append(f"precision bf16 is not supported by {hw.name}; set methods.precision=fp16 or fp32")
     if prec == "fp16" and hw.device == "cpu":
         p.append(f"precision fp16 does not train on CPU ({hw.name}); set methods.precision=fp32 or bf16")
-    if models.attention(t) == "flash_attention_2" and prec == "fp32":
+    if attention(t) == "flash_attention_2" and prec == "fp32":
         p.append("methods.attention=flash_attention_2 needs bf16 or fp16; set methods.precision")
     if r.global_batch > 0 and hw.count > 0 and t.nodes > 0:
         over = f"hardware.count={hw.count}" + (f" x cluster.nodes={t.nodes}" if t.nodes > 1 else "")
@@ -289,7 +302,7 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
     cuda = t.hardware.device == "cuda"
     if t.methods.engine == "fsdp2" and t.methods.offload != "none" and not cuda:
         return "FSDP2's CPUOffloadPolicy moves sharded state from an accelerator to the host; a CPU budget has none"
-    if models.attention(t) == "flash_attention_2":
+    if attention(t) == "flash_attention_2":
         if not cuda:
             return "flash-attn needs a CUDA GPU; it is unavailable on CPU"
         if capability is None:

@@ -3,14 +3,19 @@
     p = Predictor().predict(trial)     # a Prediction: peaks, fit, step and its parts, sources
     Predictor().estimate(trial)        # the search's interface (Estimator): GiB to fit, s/step
 
-Four modules, one concern each:
+A module per concern:
 
-    trace.py    one micro-step of the real model under fake tensors: activations, FLOPs,
-                bytes and shapes of every operator, affine in the micro-batch
+    trace.py    one micro-step of the real model: activations, FLOPs, bytes and shapes of every
+                operator, affine in the micro-batch, cached on disk
+    recorder.py the micro-step run under fake tensors, each operator recorded (torch)
+    operators.py  the classes of aten operators the trace records and the timing prices
     memory.py   the engine's model states as it lays them out (DeepSpeed ZeRO 0-3, offload,
-                FSDP2), with their sources; peaks of the build and of the timed window
+                FSDP2, plain loops), with their sources
+    peaks.py    a layout's terms by when they are alive: peaks of the build and of the timed
+                window, the micro-step's peak moment
     timing.py   the step's parts under a roofline, collectives and the optimizer
-    machine.py  the hardware's constants: datasheet (GPU) or calibration (`calibrate.py`)
+    machine.py  the hardware's constants: datasheet (GPU) or calibration (`suite.calibrate`)
+    gpu.py      GPU efficiencies by architecture, and published runs' implementations
 
 What a prediction reports, and how it compares with what the worker measures:
 
@@ -33,15 +38,36 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from suite import paths
 from suite.config import Trial
+from suite.config.schema import ModelConfig
+from suite.metrics import peak_flops
+from suite.models.arch import shape
+from suite.models.config import hf_config
 from suite.predict import memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
-from suite.predict.trace import ATTENTION_PREFIX, model_flops, traced
+from suite.predict.memory import bytes_per_element
+from suite.predict.operators import ATTENTION_PREFIX
+from suite.predict.peaks import Layout, Term
+from suite.predict.trace import model_flops, traced
+
+HAND_FUSED_NORMS = 4
+"""Hidden-sized tensors per block and token a run with hand-fused kernels keeps for its norms beyond
+its matmuls' outputs: each of a block's two norms saves its input, and its output is the next
+matmul's saved input (`_activations_of`)."""
+MLP_WIDTH = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
+"""transformers' names of the MLP's width (Llama, GPT-2, OPT, T5); unset, 4 x hidden."""
+ATTENTION_DROPOUT = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
+"""transformers' names of the dropout on attention probabilities (GPT-2; Llama, GPT-NeoX, OPT; BERT, ViT)."""
+_AS_RUN: dict[str, ModelConfig] = {}
+
+
+MEMORY_KINDS = ("allocated", "reserved", "nvidia-smi")
+"""The kinds of per-GPU memory figure a prediction gives (`Prediction.memory_gib`)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +92,10 @@ class Prediction:
     peak_mem_gib: float
     build_peak_mem_gib: float
     model_states_gib: float
+    reserved_gib: float
+    """A GPU's caching allocator's peak (`torch.cuda.max_memory_reserved`): the larger peak x its slack."""
     device_gib: float
+    """What the device holds at its peak (nvidia-smi's figure): reserved + CUDA context + NCCL; what must fit."""
     capacity_gib: float
     fits: bool
     step_time_s: float
@@ -81,9 +110,12 @@ class Prediction:
     memory_terms: dict[str, list] = field(default_factory=dict)
     time_detail: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        from dataclasses import asdict
+    def memory_gib(self, kind: str) -> float:
+        """The memory figure of `kind` (MEMORY_KINDS): allocated (the timed window's peak of
+        max_memory_allocated), reserved (max_memory_reserved), nvidia-smi (the device's)."""
+        return {"allocated": self.peak_mem_gib, "reserved": self.reserved_gib, "nvidia-smi": self.device_gib}[kind]
 
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -108,29 +140,41 @@ class Predictor:
     def predict(self, t: Trial, impl: Implementation = SUITE) -> Prediction:
         """`t` predicted; on a GPU as `impl` runs it (the suite's own code by default, or a
         published run's implementation: `suite.predict.gpu.Implementation`)."""
-        from suite.metrics import peak_flops
-
         m = self.machine(t)
         me = t.methods
-        tr = traced(t.model, me.attention, me.recompute, t.precision)
-        lay = memory.layout(t, self._activations_of(t, tr, impl))
+        tr = traced(self.model_as_run(t), me.attention, me.recompute, t.precision)
+        loop = None
+        if impl.states != "engine" and me.engine == "deepspeed" and me.zero_stage == 0:
+            loop = (impl.states, impl.optimizer, impl.torch_ddp)
+        kept, hand_fused = self._activations_of(t, tr, impl)
+        lay = memory.layout(t, kept, loop)
+        if hand_fused:
+            lay.backward.append(Term("hand-fused kernels' saved inputs", hand_fused, "HAND_FUSED_NORMS, MLP_WIDTH"))
         timed, build = lay.timed_peak(), lay.build_peak()
         cpu = m.kind == "cpu"
         if cpu:
             key = engine_key(me)
             runtime = m.runtime_bytes.get(key, m.runtime_bytes.get("zero0", 0.0))
-            host = memory.Layout.total(lay.host)  # one memory on a CPU worker
+            host = Layout.total(lay.host)  # one memory on a CPU worker
             peak, build_peak = timed + host + runtime, build + runtime
             device = max(peak, build_peak) + m.data_margin_bytes
+            reserved = max(peak, build_peak)  # no caching allocator: what is resident
             host_gib = 0.0
         else:
             counted = sum(v[0] for v in m.overhead.values() if v[2])
             fixed = sum(v[0] for v in m.overhead.values() if not v[2])
             peak, build_peak = timed + counted, build + counted
-            device = max(peak, build_peak) * m.reserved_ratio + fixed
-            host_gib = memory.Layout.total(lay.host) / GIB
+            # The allocator keeps freed blocks cached (reserved over allocated), but frees them and
+            # retries before it fails an allocation: a trial fits on what it allocates; reserved
+            # memory (and nvidia-smi's figure) grows at most to what the device has.
+            needed = max(peak, build_peak) + fixed
+            reserved = max(peak, build_peak) * m.reserved_ratio
+            if t.hardware.mem_gib > 0:
+                reserved = max(min(reserved, t.hardware.mem_gib * GIB - fixed), max(peak, build_peak))
+            device = reserved + fixed
+            host_gib = Layout.total(lay.host) / GIB
         capacity = t.hardware.mem_gib
-        fits = capacity <= 0 or device / GIB <= capacity
+        fits = capacity <= 0 or (device if cpu else needed) / GIB <= capacity
         parts = timing.step_parts(t, tr, m, t.nodes, self.network, impl)
         step = parts.step_time_s
         tokens = t.model.recipe.global_batch * t.tokens_per_sample
@@ -152,6 +196,7 @@ class Predictor:
             peak_mem_gib=peak / GIB,
             build_peak_mem_gib=build_peak / GIB,
             model_states_gib=lay.states() / GIB,
+            reserved_gib=reserved / GIB,
             device_gib=device / GIB,
             capacity_gib=capacity,
             fits=fits,
@@ -168,31 +213,64 @@ class Predictor:
         )
 
     @staticmethod
+    def model_as_run(t: Trial) -> ModelConfig:
+        """The model as the trial's device runs it. A GPU's fused attention (SDPA's flash and
+        memory-efficient kernels, flash-attn) applies the attention probabilities' dropout inside
+        the kernel from a seed (PyTorch's `scaled_dot_product_attention`, `dropout_p`), keeping no
+        mask and no probabilities; a CPU runs SDPA with dropout as its unfused math (the trace, made
+        on the CPU, records that): so on a GPU the trace is made without that dropout."""
+        if t.hardware.device != "cuda" or t.methods.attention not in ("sdpa", "flash_attention_2"):
+            return t.model
+        key = json.dumps(asdict(t.model), sort_keys=True, default=str)
+        if key not in _AS_RUN:
+            cfg = hf_config(t.model)  # the defaults too: GPT-2's and BERT's attention dropout is 0.1 unless set
+            zeroed = {k: 0.0 for k in ATTENTION_DROPOUT if getattr(cfg, k, 0)}
+            _AS_RUN[key] = replace(t.model, config={**t.model.config, **zeroed}) if zeroed else t.model
+        return _AS_RUN[key]
+
+    @staticmethod
     def _activations_of(t: Trial, tr, impl: Implementation):
-        """The trace whose activations a GPU run keeps: with its norms and activations fused (by
-        hand or torch.compile) a run keeps what its fused kernels need, the outputs of its
-        matmuls and attention, which is what selective recomputation keeps (torch.compile's
-        partitioner recomputes the pointwise operators between them); with its loss fused
-        (a causal LM's cross-entropy kernel) no fp32 copy of the logits (`trace._FusedCrossEntropy`);
-        under ZeRO-3 with DeepSpeed's linear, as its worker runs (`trace.LINEARS`); else `tr`'s own."""
+        """The trace whose activations a GPU run keeps, and what a run with hand-fused kernels keeps
+        beyond it (bytes). Compiled (torch.compile) or with its norms and activations fused by hand,
+        a run keeps the outputs of its matmuls and attention, which is what selective recomputation
+        keeps (torch.compile's partitioner recomputes the pointwise operators between them); with
+        kernels fused by hand (no recomputation) a run also keeps the inputs its matmuls and fused
+        kernels save that the matmul-only trace recomputes: each norm's input and output (the next
+        matmul's input; flash-attn's ops/layer_norm.py and ops/rms_norm.py keep x and the normalized
+        output) and the MLP's activation output (its down projection's input), HAND_FUSED_NORMS
+        hidden-sized tensors and one of the MLP's width per block and token. With its loss fused (a causal LM's
+        cross-entropy kernel, by hand or by torch.compile, which fuses the softmax and its
+        backward) no fp32 copy of the logits (`recorder._FusedCrossEntropy`). Under DeepSpeed ZeRO-3,
+        on any device, with its linear layers, as its worker runs them (`trace.LINEARS`). Else `tr`'s own."""
         me = t.methods
-        zero3 = getattr(me, "engine", "deepspeed") == "deepspeed" and me.zero_stage == 3
-        linear = "zero3" if zero3 else "torch"
-        recompute, loss = me.recompute, "model"
-        if t.hardware.device == "cuda":
-            if recompute == "none" and impl.elementwise_fused(me.compile):
-                recompute = "selective"
-            loss = "fused" if "loss" in impl.fused and t.model.task == "causal-lm" else "model"
-        if (recompute, loss, linear) == (me.recompute, "model", "torch"):
-            return tr
-        return traced(t.model, me.attention, recompute, t.precision, loss, linear)
+        linear = "zero3" if me.engine == "deepspeed" and me.zero_stage == 3 else "torch"
+        if t.hardware.device != "cuda":
+            if linear == "torch":
+                return tr, 0.0
+            return traced(t.model, me.attention, me.recompute, t.precision, "model", linear), 0.0
+        recompute = t.methods.recompute
+        compiled = t.methods.compile if impl.compiled is None else impl.compiled
+        hand = not compiled and impl.elementwise_fused(False) and recompute == "none"
+        if recompute == "none" and (compiled or hand):
+            recompute = "selective"
+        fused_loss = "loss" in impl.fused or compiled
+        loss = "fused" if fused_loss and t.model.task == "causal-lm" else "model"
+        extra = 0.0
+        if hand:
+            s, cfg = shape(t.model), hf_config(t.model)
+            inner = next((v for k in MLP_WIDTH if isinstance(v := getattr(cfg, k, None), int)), 4 * s.hidden)
+            tokens = t.methods.micro_batch * t.tokens_per_sample
+            extra = (HAND_FUSED_NORMS * s.hidden + inner) * s.layers * tokens * bytes_per_element(t.precision)
+        if (recompute, loss, linear) == (t.methods.recompute, "model", "torch"):
+            return tr, extra
+        return traced(Predictor.model_as_run(t), t.methods.attention, recompute, t.precision, loss, linear), extra
 
     @staticmethod
     def model_flops(t: Trial) -> float:
-        """Model FLOPs per sample as MFU counts them: `suite.models.count_flops` (no recomputation),
+        """Model FLOPs per sample as MFU counts them: `suite.models.flops.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
         counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
-        tr = traced(t.model, t.methods.attention, "none", t.precision)
+        tr = traced(Predictor.model_as_run(t), t.methods.attention, "none", t.precision)
         skipped = sum(
             0.5 * g.count * g.flops_at(1)
             for g in tr.groups

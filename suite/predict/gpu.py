@@ -2,7 +2,7 @@
 sequence, kernel launches and framework dispatch, and networks between nodes. Each constant has
 its source on its line; `benchmarks/published/gpu-constants.yaml` holds the readings in full.
 None is fitted to the published training runs the predictor is scored on
-(`benchmarks/published_accuracy.py`).
+(`suite-predict published-accuracy`).
 
 A GEMM of F FLOPs moving B bytes takes
 
@@ -14,7 +14,7 @@ matmul rates on H100 (sm_90), where it explains the fall-off with size within 10
 
 Fused attention (SDPA's flash backend, flash-attn 2, FlashAttention v1, the Triton kernel)
 runs at its measured forward+backward rate by sequence and head dimension, as a fraction of the
-peak (the FlashAttention-2 paper's figures, in causal-halved FLOPs as `suite.models` counts them).
+peak (the FlashAttention-2 paper's figures, in causal-halved FLOPs as `suite.models.flops` counts them).
 
 `Implementation` is how a training run's code runs those kernels: the suite's own trial
 (Hugging Face transformers, eager or compiled) or a published run's (fused norms, activations
@@ -23,18 +23,78 @@ and loss, its attention kernel, how it reduces gradients).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field
 
-# Best GEMM fraction of the dense 16-bit peak per architecture (MAMF: stas00/ml-engineering
-# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", BF16).
-GEMM_BEST = {
-    "ampere": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF table)"),
-    "hopper": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF table; H200 the same)"),
-    "gh200": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF table)"),
-    "ampere-pcie": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF table)"),
+from suite import paths
+
+# Best GEMM fraction of the dense peak of each dtype class ("16": fp16/bf16 with fp32 accumulate,
+# "tf32", "fp32": no tensor cores), per GPU (the first key found in the datasheet name, upper-cased).
+# "MAMF": stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+# comparison table" (brute-force shape search); "torch-perf-db": the crowd-sourced torch.mm table of
+# square sizes, best of the sizes (benchmarks/published/gpu-constants.yaml, dense_gemm). A GeForce
+# card boosts above its rated clock, so its best exceeds 1.
+GEMM_BEST: dict[str, dict[str, tuple[float, str]]] = {
+    "GH200": {"16": (0.838, "GH200 828.6 of 989 TFLOPS (MAMF)")},
+    "H100": {
+        "16": (0.803, "H100 SXM 794.5 of 989 TFLOPS (MAMF)"),
+        "tf32": (0.812, "H100 402.2 of 495 (torch-perf-db)"),
+    },
+    "H200": {"16": (0.803, "H100 SXM's (MAMF: H200 the same)")},
+    "A100-PCIE": {
+        "16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)"),
+        "tf32": (0.694, "A100-PCIE-40GB 108.3 of 156 (torch-perf-db)"),
+        "fp32": (0.901, "A100-PCIE-40GB 17.6 of 19.5 (torch-perf-db)"),
+    },
+    "A100 80GB PCIE": {"16": (0.811, "A100 PCIe 252.9 of 312 TFLOPS (MAMF)")},
+    "A100": {
+        "16": (0.869, "A100 SXM 271.2 of 312 TFLOPS (MAMF)"),
+        "fp32": (0.984, "A100 SXM4 80GB 19.2 of 19.5 (torch-perf-db)"),
+    },
+    "RTX 3090": {
+        "16": (1.077, "RTX 3090 76.5 of 71 TFLOPS, 3 cards (torch-perf-db)"),
+        "fp32": (0.694, "24.7 of 35.6 (torch-perf-db)"),
+    },
+    "RTX 4090": {
+        "16": (1.011, "RTX 4090 167 of 165.2 TFLOPS, 6 cards (torch-perf-db)"),
+        "tf32": (1.037, "85.65 of 82.6 (torch-perf-db)"),
+        "fp32": (0.647, "53.4 of 82.6 (torch-perf-db, by size)"),
+    },
+    "RTX A6000": {
+        "16": (0.797, "RTX A6000 123.3 of 154.8 TFLOPS (torch-perf-db)"),
+        "fp32": (0.618, "23.9 of 38.7 (torch-perf-db)"),
+    },
+    "L40S": {
+        "16": (0.743, "L40S 269.2 of 362.1 TFLOPS (torch-perf-db)"),
+        "fp32": (0.512, "46.9 of 91.6 (torch-perf-db)"),
+    },
+    "V100": {
+        "16": (0.759, "V100-SXM2-16GB fp16 94.8 of 125 TFLOPS (torch-perf-db)"),
+        "fp32": (0.896, "14.1 of 15.7 (torch-perf-db)"),
+    },
 }
-GEMM_BEST_ASSUMED = (0.80, "no MAMF reading for this GPU: assumed as the measured GPUs' (0.80-0.87)")
+GEMM_BEST_ASSUMED = (0.80, "no GEMM reading for this GPU: assumed as the measured GPUs' (0.74-1.08)")
+MEMORY_BEST = {
+    "V100": (0.851, "copy 766 of 900 GB/s (chsasank device-benchmarks, V100 32GB)"),
+    "A100": (0.731, "copy 1490 of 2039 GB/s (chsasank device-benchmarks, A100 80GB)"),
+}
+MEMORY_BEST_ASSUMED = (
+    0.79,
+    "no copy-bandwidth reading for this GPU: the two measured (V100 0.85, A100 0.73), averaged",
+)
+"""The fraction of its datasheet memory bandwidth a GPU's memory-bound kernels reach (a copy's)."""
+MISALIGNED_RATE = 0.5
+"""The rate of a GEMM with an odd dimension (a row of 16-bit elements then lies off 4-byte
+boundaries: cuBLAS's tensor-op kernels read aligned vectors; NVIDIA cuBLAS docs, "Tensor Core
+Usage"), as a fraction of an aligned one's: derived from a published pair,
+the same GPT-2 124M on one A100 with the vocabulary 50,257 and padded to 50,304 (rasbt
+LLMs-from-scratch ch05/10, torch.compile rows: 112,046 and 127,345 tokens/s; the output layer's
+three GEMMs, 31% of the FLOPs, ran at 0.52 of their aligned rate); the PyTorch blog's nanoGPT
+pair (108,743 and 141,241 on 8x A100) implies 0.35-0.42. Declared as derived: those two groups'
+rows are in-sample for it. An even dimension that is not a multiple of 8 (InternLM-7B's MLP of
+10,922) shows no such loss in its published run (InternEvo, 8x A100), so only odd ones pay it."""
 GEMM_FIXED_S = 6e-6
 """Seconds a GEMM takes beyond its work: XLA's cuBLAS table for sm_90 (xla/service/gpu/model/
 matmul_interpolator_data.h) gives 2048^3 bf16 at 632 TFLOP/s (27.2 us, 21.6 us of work at MAMF)
@@ -120,30 +180,56 @@ NETWORK_EFFICIENCY = 0.8
 network/README.md: about 80% at best, e.g. 320 of 400 Gbps)."""
 
 
-SUSTAINED: dict[str, tuple[float, str]] = {
-    "ampere": (0.827, "fitted to 57 published A100 runs of 6 groups; 0.768-0.839 leaving one group out"),
-    "hopper": (0.667, "fitted to 32 published H100 runs of 4 groups; 0.612-0.671 leaving one group out"),
+def fitted_sustained() -> dict[str, tuple[float, str]]:
+    """Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
+    through a training run (clocks under sustained power, real data), per architecture. No source
+    measures it alone: it is fitted to published runs by `suite-predict published-accuracy
+    --publish`, which writes it with the error it was scored at (results/accuracy/cuda-published.json,
+    `sustained_fitted`: each run of a group is predicted with the fraction fitted on the other groups'
+    runs; the shipped fraction is the one fitted on all of them)."""
+    return _fitted(str(paths.accuracy_dir() / "cuda-published.json"))
+
+
+@functools.lru_cache(maxsize=4)
+def _fitted(path: str) -> dict[str, tuple[float, str]]:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    folds = d.get("sustained_fitted") or {}
+    every = folds.get("(all groups)") or {}
+    out = {}
+    for key, value in every.items():
+        left = [f[key] for g, f in folds.items() if g != "(all groups)" and key in f]
+        spread = f"; {min(left):.3f}-{max(left):.3f} leaving one group out" if left else ""
+        out[key] = (value, f"fitted to published runs ({d.get('date', 'undated')}){spread}")
+    return out
+
+
+SUSTAINED_LIKE = {
+    "ampere-pcie": "ampere",
+    "other": "ampere",
+    "volta": "ampere",
+    "consumer": "ampere",
+    "gh200": "hopper",
 }
-"""Fraction of its microbenchmarked rate a compute-bound kernel (GEMM, fused attention) keeps
-through a training run (clocks under sustained power, real data), per architecture. No source
-measures it alone: where an entry is present it is fitted to published runs with
-`benchmarks/published_accuracy.py --fit`, and the published error of every run is the one
-predicted with the factor fitted on the other sources' runs (leave one source out)."""
-
-
-SUSTAINED_LIKE = {"ampere-pcie": "ampere", "other": "ampere", "volta": "ampere", "gh200": "hopper"}
 """Architectures with no published runs take the fraction of the closest one that has some."""
 
 
 def sustained(gpu: str) -> tuple[float, str]:
-    key = arch(gpu)
-    if key in SUSTAINED:
-        return SUSTAINED[key]
+    key, fitted = arch(gpu), fitted_sustained()
+    if key in fitted:
+        return fitted[key]
     like = SUSTAINED_LIKE.get(key, "")
-    if like in SUSTAINED:
-        value, source = SUSTAINED[like]
+    if like in fitted:
+        value, source = fitted[like]
         return value, f"{like}'s, assumed: no published runs of this GPU ({source})"
     return 1.0, "none fitted"
+
+
+ARCHITECTURES = ("ampere", "ampere-pcie", "hopper", "gh200", "consumer", "volta", "other")
+"""The keys `arch` gives (a sustained fraction is fitted per key)."""
 
 
 def arch(gpu: str) -> str:
@@ -157,11 +243,32 @@ def arch(gpu: str) -> str:
         return "ampere-pcie" if "PCIE" in g else "ampere"
     if "V100" in g:
         return "volta"
+    if any(k in g for k in ("GEFORCE", "RTX", "L40", "A40", "A10")):
+        return "consumer"  # GeForce and workstation cards (Ampere GA10x, Ada): boost clocks, board power limits
     return "other"
 
 
-def gemm_best(gpu: str) -> tuple[float, str]:
-    return GEMM_BEST.get(arch(gpu), GEMM_BEST_ASSUMED)
+def _reading(table: dict, gpu: str):
+    g = gpu.upper()
+    return next((v for k, v in table.items() if k in g), None)
+
+
+def gemm_best(gpu: str, dtype: str = "bf16") -> tuple[float, str]:
+    """The best fraction of `dtype`'s dense peak a GEMM reaches on this GPU (`GEMM_BEST`)."""
+    by = _reading(GEMM_BEST, gpu) or {}
+    cls = dtype if dtype in ("tf32", "fp32") else "16"
+    return by.get(cls) or by.get("16") or GEMM_BEST_ASSUMED
+
+
+def memory_best(gpu: str) -> tuple[float, str]:
+    """The fraction of the datasheet bandwidth this GPU's memory-bound kernels reach (`MEMORY_BEST`)."""
+    return _reading(MEMORY_BEST, gpu) or MEMORY_BEST_ASSUMED
+
+
+def aligned(dims: tuple[int, ...], dtype: str) -> bool:
+    """Whether a GEMM of (batch, rows, cols, inner) has no odd dimension (`MISALIGNED_RATE`); fp32
+    elements are 4-byte aligned whatever the count."""
+    return dtype in ("fp32", "tf32") or all(int(round(x)) % 2 == 0 for x in dims[1:])
 
 
 def _attention_table(kernel: str, gpu: str) -> tuple[dict, float, str]:
@@ -208,6 +315,17 @@ class Implementation:
     """torch.compile on; None: as the trial says (`methods.compile`)."""
     grad_reduce_bytes: int = 4
     """Bytes per element of gradient reduction under FSDP (the suite reduces in fp32)."""
+    states: str = "engine"
+    """How a loop outside DeepSpeed and FSDP keeps the model states: "engine" (the engine's own
+    layout: the suite's trials, and runs of DeepSpeed or FSDP), "amp" (fp32 parameters, gradients
+    and AdamW moments; 16-bit compute by autocast, which casts the weights at every forward), "pure"
+    (16-bit parameters, gradients and moments: `model.to(bfloat16)`, bf16-true)."""
+    optimizer: str = "fused"
+    """How its AdamW steps: "fused" (one kernel), "foreach" (torch's default: one kernel per
+    operation over many tensors), "loop" (a kernel per operation per tensor)."""
+    torch_ddp: bool = False
+    """Data parallel by torch's DistributedDataParallel (not DeepSpeed's ZeRO-0): gradients
+    all-reduced in buckets while the backward runs."""
 
     def elementwise_fused(self, compile_on: bool) -> bool:
         """Norms and activations fused (by hand or by torch.compile): the operators between two

@@ -14,24 +14,32 @@ GPU defaults and their sources:
                            as carried in torch/_inductor/comm_analysis.py): ring, Simple
                            protocol, 8.4 us base + 3.4 us (NVLink) / 5.7 us (PCIe) per step,
                            14 us per step between nodes
-    CUDA context           274 MiB with lazy module loading, PyTorch's default since 1.13
-                           (287,047,680 bytes measured in pytorch/pytorch#86509)
+    CUDA context           0.47 GiB with lazy module loading, PyTorch's default since 1.13
+                           (A100, torch 2.1: ml-engineering training/performance/README.md,
+                           "Preloaded CUDA kernels memory usage"; 274 MiB in pytorch/pytorch#86509)
     cuBLAS workspaces      cuBLASLt 1 MiB, 4 MiB on Ampere with >= 24 GB, 32 MiB on Hopper;
                            cuBLAS 8.0 MiB (":4096:2:16:8"), 32 MiB on Hopper (":4096:8")
                            (aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp; allocated
                            through the caching allocator, so in memory_allocated)
-    NCCL buffers           NCCL_BUFFSIZE, 4 MiB per peer and channel (NCCL docs,
-                           Environment Variables); a ring has 2 peers; 16 channels assumed
-                           over NVLink, 2 over PCIe: 128 MiB / 16 MiB (not in memory_allocated)
-    allocator slack        reserved over allocated memory, 1.0 until a GPU record measures it
-                           (the report's `reserved_ratio`); the caching allocator rounds
-                           blocks above 10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp)
+    NCCL communicator      1.45 GiB per GPU once a process group of several GPUs communicates
+                           (ml-engineering training/performance/README.md, "torch.distributed
+                           memory usage": 0.55 -> 2.00 GiB at the first barrier; not in
+                           memory_reserved)
+    allocator slack        reserved over allocated memory: 1.107, the median of the suite's own
+                           GPU records (results/gpu-check/2026-12-04-h200*: 1.06-1.31 over 8
+                           trials of Pythia-160M); the caching allocator rounds blocks above
+                           10 MiB to 2 MiB (c10/cuda/CUDACachingAllocator.cpp)
+
+A prediction gives memory as each figure is published: allocated (`torch.cuda.max_memory_allocated`:
+tensors and cuBLAS workspaces), reserved (the allocator's: allocated x slack) and the device's
+(nvidia-smi: reserved + CUDA context + NCCL), which is also what must fit.
 
 A GPU host's CPU Adam (offload) has no datasheet: it is this machine's, if calibrated.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import socket
@@ -40,22 +48,17 @@ from pathlib import Path
 
 from suite import paths
 from suite.config import Trial
+from suite.files import write_json
 from suite.predict import gpu as gpu_model
-from suite.store import write_json
 
 GIB = 2**30
 MIB = 2**20
 GPU_OP_OVERHEAD_S = 10e-6
 NCCL_BASE_LATENCY_S = 8.4e-6
-NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14e-6}
-CUDA_CONTEXT_BYTES = 287_047_680
-NCCL_BUFFSIZE = 4 * MIB
-
-
-@dataclass(frozen=True)
-class Constant:
-    value: float
-    source: str
+NCCL_STEP_LATENCY_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "shm": 5.7e-6, "net": 14e-6}  # shm: as pcie (assumed)
+CUDA_CONTEXT_BYTES = int(0.47 * GIB)
+NCCL_COMMUNICATOR_BYTES = int(1.45 * GIB)
+RESERVED_RATIO = 1.107
 
 
 @dataclass
@@ -73,10 +76,12 @@ class Machine:
     gpu: str = ""
     """GPU: the datasheet name (`suite.predict.gpu.arch` picks its measured rates)."""
     gemm_best: float = 0.0
-    """GPU: the largest fraction of the dense peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    """GPU: the largest fraction of the dense 16-bit peak its GEMMs reach (`suite.predict.gpu.GEMM_BEST`)."""
+    gemm_best_by: dict[str, float] = field(default_factory=dict)
+    """GPU: the same for tf32 and fp32 GEMMs, as fractions of their own peaks, where measured."""
     sustained: float = 1.0
     """GPU: the fraction of that (and of fused attention's rate) kept through a training run
-    (`suite.predict.gpu.SUSTAINED`)."""
+    (`suite.predict.gpu.fitted_sustained`)."""
     matmul: dict[str, list[list[float]]] = field(default_factory=dict)
     """CPU: measured [M, N, K, FLOP/s] per dtype."""
     attention: list[list[float]] = field(default_factory=list)
@@ -126,7 +131,7 @@ class Machine:
     slowest rank's); every run records its own, so drift between them shows; 0: not measured."""
     overhead: dict[str, list] = field(default_factory=dict)
     """GPU: fixed per-device memory beyond tensors: name -> [bytes, source, counted in memory_allocated]."""
-    reserved_ratio: float = 1.0
+    reserved_ratio: float = RESERVED_RATIO
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -144,13 +149,12 @@ def _gpu_overhead(t: Trial) -> dict[str, list]:
     ampere_big = any(k in hw.gpu for k in ("A100", "A6000", "3090", "A40", "L40", "4090")) and hw.mem_gib >= 24
     lt = 32 * MIB if hopper else 4 * MIB if ampere_big else MIB
     blas = 32 * MIB if hopper else 4 * MIB * 2 + 16 * 1024 * 8
-    channels = 16 if hw.link.startswith("nvlink") else 2
     return {
-        "CUDA context": [CUDA_CONTEXT_BYTES, "pytorch/pytorch#86509 (lazy module loading)", False],
+        "CUDA context": [CUDA_CONTEXT_BYTES, "ml-engineering, A100 torch 2.1 lazy loading (0.47 GiB)", False],
         "cuBLAS workspaces": [lt + blas, "aten/src/ATen/cuda/CUDABlas.cpp, CublasHandlePool.cpp", True],
-        "NCCL buffers": [
-            2 * channels * NCCL_BUFFSIZE if t.devices > 1 else 0,
-            f"NCCL_BUFFSIZE 4 MiB x 2 peers x {channels} channels (NCCL docs)",
+        "NCCL communicator": [
+            NCCL_COMMUNICATOR_BYTES if t.devices > 1 else 0,
+            "ml-engineering, torch.distributed memory usage (1.45 GiB at the first collective)",
             False,
         ],
     }
@@ -164,25 +168,31 @@ def datasheet(t: Trial) -> Machine:
     missing = [k for k in ("memory_gbps", "link_gbps", "host_gbps") if not getattr(hw, k)]
     if missing or not hw.peak_tflops:
         raise ValueError(f"{hw.name} lacks {', '.join(missing or ['peak_tflops'])} in its conf/hardware profile")
-    link = "nvlink" if hw.link.startswith("nvlink") else "pcie"
+    link = "nvlink" if hw.link.startswith("nvlink") else "shm" if hw.link.endswith("-shm") else "pcie"
     latency = NCCL_BASE_LATENCY_S
-    bus = hw.link_gbps * 1e9 * gpu_model.LINK_EFFICIENCY
+    # A link through host memory (no peer-to-peer: "-shm") is given as the rate measured through
+    # it; a direct link as its datasheet rate, of which NCCL's ring reaches LINK_EFFICIENCY.
+    bus = hw.link_gbps * 1e9 * (1.0 if hw.link.endswith("-shm") else gpu_model.LINK_EFFICIENCY)
     colls = {name: [latency, bus] for name in ("all_reduce", "all_gather", "reduce_scatter")}
     peak = {k: v * 1e12 for k, v in hw.peak_tflops.items()}
+    mem, mem_source = gpu_model.memory_best(hw.gpu)
+    bandwidth = hw.memory_gbps * 1e9 * mem
     # FusedAdam over fp32 master, grad, exp_avg, exp_avg_sq: read 16 bytes, write 12 (multi_tensor_adam.cu).
-    fused = hw.memory_gbps * 1e9 / 28
+    fused = bandwidth / 28
     best, best_source = gpu_model.gemm_best(hw.gpu)
+    by = {d: gpu_model.gemm_best(hw.gpu, d)[0] for d in ("tf32", "fp32")}
     kept, kept_source = gpu_model.sustained(hw.gpu)
     return Machine(
         kind="cuda",
         source=f"{hw.datasheet}; {hw.bandwidth_source}; GEMM {best:.3f} of peak ({best_source}); "
-        f"sustained {kept:.2f} ({kept_source})",
+        f"memory {mem:.2f} of its bandwidth ({mem_source}); sustained {kept:.2f} ({kept_source})",
         gpu=hw.gpu,
         gemm_best=best,
+        gemm_best_by=by,
         sustained=kept,
         ranks=hw.count,
         peak_flops=peak,
-        memory_bps=hw.memory_gbps * 1e9,
+        memory_bps=bandwidth,
         collectives=colls,
         link=link,
         adam_elements_per_s={"deepspeed": fused, "torch_fused": fused, "torch": fused},
@@ -222,7 +232,7 @@ def host_calibrations() -> list[Machine]:
 
 def engine_key(methods) -> str:
     """The engine a trial runs, as calibrations key what they measure per engine."""
-    return "fsdp2" if getattr(methods, "engine", "deepspeed") == "fsdp2" else f"zero{methods.zero_stage}"
+    return "fsdp2" if methods.engine == "fsdp2" else f"zero{methods.zero_stage}"
 
 
 def loop_scale(m: Machine, methods, part: str) -> float:
@@ -288,8 +298,6 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
 def interpolate(points: list[list[float]], query: tuple[float, ...]) -> float:
     """Multilinear interpolation, in log2 of every coordinate and of the value, over measured
     points [x1, .., xk, value] that form a full grid; clamped to the grid's range."""
-    import itertools
-
     k = len(query)
     axes = [sorted({p[i] for p in points}) for i in range(k)]
     table = {tuple(p[:k]): p[k] for p in points}

@@ -1,10 +1,6 @@
 """Memory per rank of a trial, predicted: the model states each engine keeps, laid out as the
-engine really lays them out, plus the activations traced from the real model.
-
-    timed peak = steady states + max(micro-step: activations + what the engine holds with them,
-                                     boundary: gradient-reduction transients,
-                                     optimizer step: its transients)
-    build peak = what building the model and initialising the engine hold at once
+engine really lays them out (`suite.predict.peaks.Layout`: timed and build peaks), plus the
+activations traced from the real model.
 
 `steady` is what stays allocated through every micro-step of the timed window: parameters,
 gradients an engine keeps between micro-steps, fp32 master weights, optimizer moments. The
@@ -15,7 +11,7 @@ of the modules done, FSDP2 gathers each unit as the forward and the backward rea
 gives the activations at each such moment (`Trace.moments`: the largest live bytes while exactly
 the first k gradients exist, and those of the forward), and the micro-step's peak is the
 largest of activations plus engine at the same moment, not the sum of their separate peaks
-(`_at_peak`). Nothing here depends on the architecture: only parameter counts (all, per block,
+(`suite.predict.peaks.at_peak`). Nothing here depends on the architecture: only parameter counts (all, per block,
 per unit, the order their gradients appear) enter.
 
 Notation: P parameters, N ranks sharing the states (`Trial.devices`), w bytes per element of
@@ -94,10 +90,10 @@ the device holds the shards placed so far and the unit being cut.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from suite import methods
 from suite.config import Trial
+from suite.predict.peaks import Layout, Term, at_peak, produced
 from suite.predict.trace import Trace
 
 ALLREDUCE_BUCKET = 500_000_000
@@ -111,101 +107,8 @@ NORM_BYTES = 8
 """ZeRO's gradient norm converts each gradient to fp64 first (zero/utils.py:59-63)."""
 
 
-@dataclass(frozen=True)
-class Term:
-    name: str
-    bytes: float
-    source: str
-
-
-@dataclass
-class Layout:
-    """Where the bytes of one rank are, by when they are alive."""
-
-    steady: list[Term] = field(default_factory=list)
-    """Allocated through the timed window."""
-    backward: list[Term] = field(default_factory=list)
-    """Alive together with the activations at the micro-step's peak."""
-    boundary: list[Term] = field(default_factory=list)
-    """Alive while gradients are reduced after the boundary backward, activations freed."""
-    optimizer: list[Term] = field(default_factory=list)
-    """Alive during the optimizer step."""
-    build: list[Term] = field(default_factory=list)
-    """The peak of building the model and initialising the engine."""
-    host: list[Term] = field(default_factory=list)
-    """Offloaded to the host's memory (a GPU's host; counted on the device for a CPU worker)."""
-    activations: float = 0.0
-    """The micro-step's live bytes at its peak moment (with `backward`)."""
-
-    @staticmethod
-    def total(terms: list[Term]) -> float:
-        return sum(t.bytes for t in terms)
-
-    def timed_peak(self) -> float:
-        return self.total(self.steady) + max(
-            self.activations + self.total(self.backward), self.total(self.boundary), self.total(self.optimizer)
-        )
-
-    def build_peak(self) -> float:
-        return self.total(self.build)
-
-    def states(self) -> float:
-        """The bytes no micro-batch changes: a lower bound of either peak."""
-        return self.total(self.steady)
-
-
 def bytes_per_element(precision: str) -> int:
-    return 4 if precision == "fp32" else 2
-
-
-def _moments(tr: Trace, b: int, held: bool = False) -> list[tuple[int, float]]:
-    """(k, activations) of the micro-step: k gradients exist (k = -1: the forward); `held`: the
-    gradients not counted (the engine holds them). A trace without them (a synthetic one) has
-    its peak at the start and at the end of the backward."""
-    found = tr.moments(b, held)
-    if found:
-        return found
-    act = tr.activation_bytes(b)
-    return [(0, act), (len(tr.param_numels), act)]
-
-
-def _at_peak(
-    lay: Layout,
-    tr: Trace,
-    b: int,
-    engine: Callable[[int], list[Term]],
-    more: Callable[[float], list[tuple[float, list[Term]]]] | None = None,
-    held: bool = False,
-) -> None:
-    """The micro-step's peak moment: activations plus what the engine holds then (`engine(k)`
-    once it has taken the first k gradients, k = -1 in the forward), or one of the
-    `more(activations at the backward's start)` moments (activations, terms) the engine adds; sets
-    `lay.activations` and adds the peak's engine terms to `lay.backward`.
-
-    An engine takes each gradient from autograd once it exists (copies it, reduces it, frees it;
-    releases its parameter): the event that makes the k-th gradient holds it beside what the
-    engine held before (`engine(k - 1)`), the later ones hold what it holds after (`engine(k)`)
-    without it. `held`: the engine holds every gradient from its birth and counts it itself
-    (`engine(k)` beside the activations without them)."""
-    moments = _moments(tr, b)
-    end = next((act for k, act in moments if k == -2), max(act for _, act in moments))
-    moments = [(k, act) for k, act in moments if k != -2]
-    if held:
-        candidates = [(act, engine(k)) for k, act in _moments(tr, b, True) if k != -2]
-    else:
-        born = [(act, engine(k - 1 if k > 0 else k)) for k, act in moments]
-        candidates = born + [(act, engine(k)) for k, act in _moments(tr, b, True) if k > 0]
-    if more is not None:
-        candidates += more(end)
-    act, terms = max(candidates, key=lambda c: c[0] + Layout.total(c[1]))
-    lay.activations = act
-    lay.backward.extend(terms)
-
-
-def _produced(tr: Trace, k: int) -> set[int]:
-    """The parameters whose gradients exist after k of them (none in the forward)."""
-    order = tr.grad_order or tuple(range(len(tr.param_numels)))  # a synthetic trace: module order
-    return set(order[: max(k, 0)])
+    return 4 if precision in ("fp32", "tf32") else 2
 
 
 def _partition_step(part: float, w: int, buffer: list[Term], norm: float = 0.0) -> list[Term]:
@@ -282,8 +185,6 @@ def zero12_partition(numels: tuple[int, ...], n: int, r: int) -> tuple[list[int]
 
 
 def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
-    from suite import methods
-
     lay = Layout()
     w, p, z, n = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage, t.devices
     part, b_r = p / n, methods.bucket_sizes(t)["reduce_bucket_size"]
@@ -343,19 +244,17 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     own = set(owned)
 
     def engine(k: int) -> list[Term]:
-        got = [i for i in _produced(tr, k) if i in own]
+        got = [i for i in produced(tr, k) if i in own]
         filled = (w * sum(tr.param_numels[i] for i in got)) if cpu else (whole if got else 0.0)
         return [bucket, Term("this micro-step's gradient partition buffer, as filled", filled, source)]
 
-    _at_peak(lay, tr, b, engine)
+    at_peak(lay, tr, b, engine)
     lay.boundary += [Term("this micro-step's gradient partition buffer", whole, source), bucket]
     lay.optimizer = _partition_step(part, w, [] if gas > 1 else [held], NORM_BYTES * piece)
     return lay
 
 
 def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
-    from suite import methods
-
     w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
     part, buckets = p / n, methods.bucket_sizes(t)
     off_opt, off_par = _offloads(t)
@@ -383,12 +282,12 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     # backward, so up to that many stay gathered from forward into backward, each until its
     # module's backward is done (its gradient exists).
     def engine(k: int) -> list[Term]:
-        done = _produced(tr, k)
+        done = produced(tr, k)
         left = sum(x for i, x in enumerate(tr.param_numels) if x >= threshold and i not in done)
         source = "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)"
         return [Term("gathered parameters kept for reuse in backward", w * min(left, REUSE_DISTANCE), source)]
 
-    _at_peak(lay, tr, t.methods.micro_batch, engine)
+    at_peak(lay, tr, t.methods.micro_batch, engine)
     if not off_opt:  # the norm's fp64 copies one parameter's partition at a time; then flattened, to fp32
         fp64 = Term(
             "fp64 copy of the largest parameter's partition (norm)",
@@ -428,7 +327,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     root = p - sum(blocks)
     first = blocks[0] if blocks else 0
     largest = max(blocks + [root])
-    resharded = getattr(me, "reshard_after_forward", True)
+    resharded = methods.reshards_after_forward(me)
     no_sync = t.gas_measured > 1 and not me.reduce_every_micro_step
     grads: list[Term] = []
     if no_sync:  # reduce-scattered, and freed, by the boundary's backward: never at the step
@@ -478,7 +377,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
         return moments
 
     def engine(k: int) -> list[Term]:
-        done = _produced(tr, k)
+        done = produced(tr, k)
         over, root_over = finished(done)  # a unit is resharded when its backward is done
         root_left = 0 if root_over else root
         if resharded:
@@ -490,7 +389,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
             held = Term("every unit gathered from forward to its backward", w * left, "suite/engines.py")
         return grads + reducing(done) + [held]
 
-    _at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
+    at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
     if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
         lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
         lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
@@ -500,9 +399,46 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     return lay
 
 
-def layout(t: Trial, tr: Trace) -> Layout:
-    engine = getattr(t.methods, "engine", "deepspeed")
-    return fsdp2_layout(t, tr) if engine == "fsdp2" else deepspeed_layout(t, tr)
+def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: bool) -> Layout:
+    """A plain PyTorch loop's states (a published run outside DeepSpeed and FSDP; `suite.predict.gpu.
+    Implementation`): under "amp" fp32 parameters, gradients and AdamW moments, and the 16-bit
+    copies of the weights autocast makes at the forward and keeps to the backward
+    (torch.autocast(cache_enabled=True): the casts of leaf tensors that require gradients are
+    cached until the autocast region ends); under "pure" all of them in the 16-bit dtype (torch's
+    AdamW keeps its moments in each parameter's dtype: `torch.zeros_like(p)`, torch/optim/adamw.py).
+    torch's DistributedDataParallel keeps its gradient buckets beside the gradients
+    (gradient_as_bucket_view=False, its default; torch/nn/parallel/distributed.py). A foreach AdamW
+    makes one temporary of the states' size at the step (`torch._foreach_sqrt(exp_avg_sqs)`,
+    torch/optim/adam.py `_multi_tensor_adam`); a per-tensor loop one of the largest tensor's.
+    Gradients live in p.grad from the first micro-step's backward to the step: beside a later
+    micro-step's activations, or born among the activations of the one backward (gas 1)."""
+    w, p = bytes_per_element(t.precision), tr.n_params
+    ws = w if states == "pure" else 4
+    lay = Layout()
+    lay.steady.append(Term("parameters", ws * p, f"{states}: the model's parameters"))
+    grads = Term("gradients (p.grad, accumulated by autograd)", ws * p, "autograd AccumulateGrad")
+    if t.gas_measured > 1:
+        lay.steady.append(grads)
+        lay.activations = tr.activation_bytes(t.methods.micro_batch)
+    else:
+        lay.activations = tr.activation_bytes_with_grads(t.methods.micro_batch)
+    lay.steady.append(Term("AdamW moments", 2 * ws * p, "torch AdamW: exp_avg, exp_avg_sq like each parameter"))
+    if states == "amp" and w == 2:
+        lay.backward.append(Term("16-bit weight copies cached by autocast", w * p, "torch.autocast cache_enabled"))
+    if torch_ddp and t.devices > 1:
+        lay.steady.append(Term("DDP gradient buckets", ws * p, "torch DistributedDataParallel (reducer buckets)"))
+    temp = {"foreach": ws * p, "loop": ws * max(tr.param_numels)}.get(optimizer, 0.0)
+    if temp:
+        lay.optimizer.append(Term(f"{optimizer} AdamW temporary", temp, "torch/optim/adam.py (exp_avg_sq's sqrt)"))
+    lay.build.append(Term("parameters as built", 4 * p, "fp32, then cast"))
+    return lay
+
+
+def layout(t: Trial, tr: Trace, loop: tuple[str, str, bool] | None = None) -> Layout:
+    """The trial's layout: its engine's, or a plain loop's (`loop_layout`: states, optimizer, torch DDP)."""
+    if loop is not None:
+        return loop_layout(t, tr, *loop)
+    return fsdp2_layout(t, tr) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr)
 
 
 def _built_bytes(t: Trial, tr: Trace) -> float:

@@ -60,12 +60,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from suite import methods
 from suite.config import Trial
 from suite.predict import gpu
 from suite.predict.gpu import SUITE, Implementation
-from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine, interpolate, loop_scale, loop_sync
-from suite.predict.memory import bytes_per_element
-from suite.predict.trace import ATTENTION_PREFIX, MATMULS, VIEWS, Trace
+from suite.predict.machine import (
+    NCCL_STEP_LATENCY_S,
+    Machine,
+    host_calibrations,
+    interpolate,
+    loop_scale,
+    loop_sync,
+)
+from suite.predict.memory import REUSE_DISTANCE, bytes_per_element
+from suite.predict.operators import ATTENTION_PREFIX, MATMULS, VIEWS
+from suite.predict.trace import Trace
 
 COLLECTIVE_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
@@ -132,7 +141,7 @@ def compute_seconds(
 
 
 def gpu_compute_seconds(
-    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation, compiled: bool
+    tr: Trace, b: int, m: Machine, dtype: str, impl: Implementation, compiled: bool, kinds: dict | None = None
 ) -> tuple[float, float, int]:
     """A GPU's forward and backward: each phase the larger of its kernels' time on the GPU and its
     operators' dispatch on the host, which runs ahead (`gpu.EAGER_DISPATCH_S`).
@@ -142,7 +151,8 @@ def gpu_compute_seconds(
     (`gpu.attention_fraction`); every other operator at memory speed, each kernel followed by a
     launch gap. With norms and activations fused (`Implementation.elementwise_fused`: by hand, or
     torch.compile) the operators between two GEMMs are one kernel reading and writing the GEMM's
-    output once, and only kernels are dispatched."""
+    output once, and only kernels are dispatched. `kinds`, given, gets the device seconds of a
+    micro-step by kind of kernel (gemm, attention, memory) and the host's (host)."""
     fused = impl.elementwise_fused(compiled)
     peak, w = _peak(m, dtype), bytes_per_element(dtype)
     kernel = impl.kernel("", m.gpu)
@@ -151,15 +161,18 @@ def gpu_compute_seconds(
     n_ops = 0
     for g in tr.groups:
         flops, moved = g.flops_at(b), g.bytes_at(b)
+        kind = "memory"
         if g.op in VIEWS:
             t = 0.0
         elif g.op in MATMULS and flops:
+            kind = "gemm"
             dims = g.dims_at(b)
             rate = _matmul_rate(m, dtype, dims) * m.sustained
             t = max(flops / rate, moved / m.memory_bps) + gpu.GEMM_FIXED_S + gpu.LAUNCH_GAP_S
             if fused:  # the fused kernel after it: its output read, the result written
                 t += 2 * dims[0] * dims[1] * dims[2] * w / m.memory_bps + gpu.LAUNCH_GAP_S
         elif g.op.startswith(ATTENTION_PREFIX) and flops:
+            kind = "attention"
             dims = g.dims_at(b)
             causal = bool(dims[5]) if len(dims) > 5 else False
             rate = peak * gpu.attention_fraction(kernel, m.gpu, dims[2], dims[4], causal) * m.sustained
@@ -171,7 +184,11 @@ def gpu_compute_seconds(
         device[g.phase] += g.count * t
         host[g.phase] += g.count * gpu.EAGER_DISPATCH_S * _dispatched(g, b, fused)
         n_ops += g.count
+        if kinds is not None:
+            kinds[kind] = kinds.get(kind, 0.0) + g.count * t
     fwd, bwd = (max(device[p], host[p]) for p in ("forward", "backward"))
+    if kinds is not None:
+        kinds["host"] = host["forward"] + host["backward"]
     return fwd, bwd, n_ops
 
 
@@ -208,8 +225,13 @@ def first_touch_seconds(m: Machine, sizes: list[float]) -> float:
     return total
 
 
+def math_dtype(t: Trial) -> str:
+    """The dtype a trial's matmuls run in: its precision, or tf32 for fp32 on TF32 tensor cores (`Trial.tf32`)."""
+    return "tf32" if t.precision == "fp32" and t.tf32 else t.precision
+
+
 def _peak(m: Machine, dtype: str) -> float:
-    key = {"fp32": "tf32" if "tf32" in m.peak_flops else "fp32"}.get(dtype, dtype)
+    key = dtype if dtype in m.peak_flops else "fp32"
     return m.peak_flops.get(key) or m.peak_flops.get("fp32", 0.0)
 
 
@@ -218,7 +240,8 @@ def _matmul_rate(m: Machine, dtype: str, dims: tuple[int, ...]) -> float:
     at its best GEMM fraction."""
     table = m.matmul.get(dtype) or (m.matmul.get("fp32") if m.kind == "cpu" else None)
     if not table:
-        return _peak(m, dtype) * m.gemm_best
+        rate = _peak(m, dtype) * m.gemm_best_by.get(dtype, m.gemm_best)
+        return rate if gpu.aligned(dims, dtype) else rate * gpu.MISALIGNED_RATE
     batch, rows, cols, inner = dims
     return interpolate(table, (batch * rows, cols, inner))
 
@@ -297,10 +320,28 @@ def _ddp(c: _Comm) -> Traffic:
     return 0.0, boundary, 0, 1
 
 
+DDP_BUCKET_BYTES = 25 * 2**20
+"""torch DistributedDataParallel's bucket_cap_mb default (25 MiB; torch/nn/parallel/distributed.py)."""
+
+
+def _torch_ddp(c: _Comm, backward: float, grad_bytes: int) -> Traffic:
+    """torch's DistributedDataParallel: gradients copied into 25 MiB buckets as the backward makes
+    them, each bucket all-reduced while the backward goes on (its reducer's hooks), and copied
+    back; on a GPU only the last bucket and what outlasts the backward wait (`_hidden`)."""
+    total = grad_bytes * c.tr.n_params
+    full, rest = divmod(total, DDP_BUCKET_BYTES)
+    sizes = [DDP_BUCKET_BYTES] * int(full) + ([rest] if rest else [])
+    times = [c.coll("all_reduce", [x]) for x in sizes]
+    comm = c.copies(2 * total) + c.overhead(OPS_PER_BUCKET * len(sizes))
+    if c.m.kind == "cuda" and c.m.link != "shm":
+        comm += _hidden(times[-1], sum(times[:-1]), backward)
+    else:  # through host memory (no peer-to-peer) NCCL's copies run on the CPU's proxy threads
+        comm += sum(times)
+    return 0.0, comm, 0, len(sizes)
+
+
 def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
     """ZeRO-1 reduces its buckets at the boundary, ZeRO-2 at every micro-step."""
-    from suite import methods
-
     w, p, numels = bytes_per_element(c.t.precision), c.tr.n_params, c.tr.param_numels
     bucket = methods.bucket_sizes(c.t)["reduce_bucket_size"]
     flushes = bucket_flushes(list(reversed(numels)), bucket)  # backward produces gradients last layer first
@@ -315,9 +356,6 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float], host: float = 0.0
     distance let go), gradients reduce-scattered in buckets at every micro-step. On a GPU the
     engine's hooks add `gpu.ZERO3_HOOK_S` of host time per collective to the host's dispatch
     (`host`), and the micro-step lasts the longer of the host's time and the GPU's."""
-    from suite import methods
-    from suite.predict.memory import REUSE_DISTANCE
-
     w = bytes_per_element(c.t.precision)
     buckets = methods.bucket_sizes(c.t)
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
@@ -358,8 +396,8 @@ def _fsdp2(c: _Comm, fwd: float, bwd: float, reduce_bytes: int) -> Traffic:
     w, p, n, cuda = bytes_per_element(c.t.precision), c.tr.n_params, c.t.devices, c.m.kind == "cuda"
     root = p - sum(c.tr.block_numels)
     units = [root, *c.tr.block_numels]
-    reshard = getattr(c.t.methods, "reshard_after_forward", True)
-    every = getattr(c.t.methods, "reduce_every_micro_step", False)
+    reshard = methods.reshards_after_forward(c.t.methods)
+    every = c.t.methods.reduce_every_micro_step
     gather = [c.coll("all_gather", [w * u]) + c.fresh([w * u]) for u in units]
     # the gradients are copied into a new flat input, and each rank's shard is a new output
     scatter = [c.coll("reduce_scatter", [reduce_bytes * u]) + c.fresh([reduce_bytes * u * (1 + 1 / n)]) for u in units]
@@ -386,16 +424,24 @@ def step_parts(
     """The step's parts: t_micro, t_boundary (compute and the engine's communication) and
     t_optimizer, as `impl` runs them on a GPU (the suite's own trial by default)."""
     me = t.methods
-    fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, t.precision, impl, me.compile)
+    kinds: dict[str, float] = {}
+    if m.kind == "cuda":
+        fwd, bwd, _ = gpu_compute_seconds(tr, me.micro_batch, m, math_dtype(t), impl, me.compile, kinds)
+    else:
+        fwd, bwd, _ = compute_seconds(tr, me.micro_batch, m, math_dtype(t), impl, me.compile)
     scale = loop_scale(m, me, "compute")
     fwd, bwd = fwd * scale, bwd * scale
     compute = fwd + bwd
     detail: dict[str, float] = {"forward_s": fwd, "backward_s": bwd, "compute_scale": scale}
+    detail.update({f"{k}_s": v for k, v in kinds.items()})  # a GPU's micro-step by kind of kernel
     c = _Comm(t, tr, m, nodes, net)
-    if getattr(me, "engine", "deepspeed") == "fsdp2":
+    if me.engine == "fsdp2":
         micro_comm, boundary_comm, n_micro, n_boundary = _fsdp2(c, fwd, bwd, impl.grad_reduce_bytes)
     elif me.zero_stage == 0:
-        micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
+        if impl.torch_ddp:
+            micro_comm, boundary_comm, n_micro, n_boundary = _torch_ddp(c, bwd, state_bytes(t, impl))
+        else:
+            micro_comm, boundary_comm, n_micro, n_boundary = _ddp(c)
     elif me.zero_stage in (1, 2):
         micro_comm, boundary_comm, n_micro, n_boundary = _zero12(c, detail)
     else:
@@ -410,19 +456,54 @@ def step_parts(
     detail.update(micro_comm_s=micro_comm, boundary_comm_s=boundary_comm, sync_s=sync)
     detail.update(collectives_micro=n_micro, collectives_boundary=n_boundary)
 
-    t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net)
+    if impl.states == "amp" and t.precision != "fp32" and m.memory_bps:
+        # autocast casts each fp32 weight to 16 bits at the forward (read 4, write 2 bytes) and
+        # autograd accumulates each 16-bit gradient into the fp32 one (read 2 + 4, write 4)
+        cast = 16 * tr.n_params / m.memory_bps
+        detail["autocast_s"] = cast
+        t_micro, t_boundary = t_micro + cast, t_boundary + cast
+    t_opt, opt_detail = optimizer_seconds(t, tr, m, nodes, net, impl)
     opt_scale = loop_scale(m, me, "optimizer")
     t_opt *= opt_scale
     detail.update(opt_detail, optimizer_scale=opt_scale)
     return Parts(t_micro, t_boundary, t_opt, t.gas, detail)
 
 
-def optimizer_seconds(t: Trial, tr: Trace, m: Machine, nodes: int, net: Network) -> tuple[float, dict[str, float]]:
+ADAM_PASSES = {"fused": 7, "foreach": 20, "loop": 20}
+"""Tensor-sized reads and writes of one AdamW step: fused, parameter, gradient and both moments
+read, parameter and moments written (multi_tensor_adam.cu); as separate operations (torch's
+`_multi_tensor_adam` and `_single_tensor_adam`, torch/optim/adam.py: lerp, mul, addcmul, the
+weight decay's mul, sqrt, div, add, addcdiv) 20."""
+ADAM_OPS = 10
+"""Operations of one AdamW step on one tensor as separate kernels (torch/optim/adam.py)."""
+
+
+def state_bytes(t: Trial, impl: Implementation) -> int:
+    """Bytes per element of a loop's parameters and gradients (`Implementation.states`): fp32 under
+    autocast, else the training dtype (16-bit parameters, also under an engine's own layout)."""
+    return 4 if impl.states == "amp" else bytes_per_element(t.precision)
+
+
+def loop_optimizer_seconds(t: Trial, tr: Trace, m: Machine, impl: Implementation) -> tuple[float, dict[str, float]]:
+    """A plain loop's step (`Implementation.states` amp or pure): the gradients' norm for
+    clipping (read, then scaled: `clip_grad_norm_`) and AdamW as `impl.optimizer` runs it, each
+    operation at memory speed; a per-tensor loop also dispatches its operations one tensor at a
+    time, on the host."""
+    ws, p = state_bytes(t, impl), tr.n_params
+    device = (ADAM_PASSES[impl.optimizer] + 3) * ws * p / m.memory_bps
+    host = len(tr.param_numels) * ADAM_OPS * gpu.EAGER_DISPATCH_S if impl.optimizer == "loop" else 0.0
+    return max(device, host), {"adam_s": device, "adam_host_s": host}
+
+
+def optimizer_seconds(
+    t: Trial, tr: Trace, m: Machine, nodes: int, net: Network, impl: Implementation = SUITE
+) -> tuple[float, dict[str, float]]:
     """The engine's step after the boundary micro-step: norm, update, and what follows."""
     me = t.methods
     n, w, p = t.devices, bytes_per_element(t.precision), tr.n_params
-    engine = getattr(me, "engine", "deepspeed")
-    z = me.zero_stage if engine == "deepspeed" else None
+    if impl.states != "engine" and m.kind == "cuda" and me.engine == "deepspeed" and me.zero_stage == 0:
+        return loop_optimizer_seconds(t, tr, m, impl)
+    z = me.zero_stage if me.engine == "deepspeed" else None
     owned = p if z == 0 else p / n
     offload = me.offload != "none" and m.kind == "cuda"
     kind = _adam_kind(t)
@@ -456,9 +537,7 @@ def _adam_kind(t: Trial) -> str:
     """Which AdamW the worker steps with: DeepSpeed's own when its config names an optimizer
     (suite.methods.deepspeed_config), else torch's fused AdamW (FSDP2's, and the one handed to
     DeepSpeed under methods.optimizer=torch_fused)."""
-    from suite import methods
-
-    if getattr(t.methods, "engine", "deepspeed") == "fsdp2":
+    if t.methods.engine == "fsdp2":
         return "torch_fused"
     if "optimizer" in methods.deepspeed_config(t, 1):
         return "deepspeed_cpu" if t.methods.offload != "none" else "deepspeed"
@@ -468,7 +547,5 @@ def _adam_kind(t: Trial) -> str:
 def load_host_adam() -> float | None:
     """DeepSpeedCPUAdam parameters per second of this machine, from any calibration made here:
     the host CPU of an offload prediction (a GPU datasheet has no CPU)."""
-    from suite.predict.machine import host_calibrations
-
     rates = [m.adam_elements_per_s.get("deepspeed_cpu") for m in host_calibrations() if m.kind == "cpu"]
     return max((r for r in rates if r), default=None)

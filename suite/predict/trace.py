@@ -1,19 +1,8 @@
-"""One micro-step of the real model, traced under fake tensors: its activation memory, and the
-FLOPs, bytes and shapes of every operator, as functions of the micro-batch.
-
-The model is the one the worker trains (`suite.models.build`, same attention, same
-recomputation through PyTorch's checkpoint per block, same dtype), run forward and backward on
-a batch of the recipe's shape (`suite.models.batch`) under `FakeTensorMode` (built on the meta
-device, then given fake CPU storage): every operator runs its shape function only, so tracing
-Pythia-12B costs no memory and seconds. A `TorchDispatchMode` under it sees each aten operator
-as it would run for real, forward, backward and the recomputed forward alike, and follows each
-tensor storage the step creates from its operator to its release (a weak reference on the
-storage, as PyTorch's own `torch.distributed._tools.mem_tracker.MemTracker` does); storages
-that exist before the step (parameters, buffers, the batch) are never counted, though views of
-them (a weight's transpose) pass through operators. No formula of any architecture is involved:
-a Llama with grouped-query attention, Mamba or ConvNeXt is traced as it runs. Against glibc's
-own count of a real CPU step (mallinfo2) the activation peak agrees within 0.5 MiB of 160
-(tests/test_predict.py).
+"""One micro-step of the real model, traced under fake tensors (`suite.predict.recorder`): its
+activation memory, and the FLOPs, bytes and shapes of every operator, as functions of the
+micro-batch. No formula of any architecture is involved: a Llama with grouped-query attention,
+Mamba or ConvNeXt is traced as it runs. Against glibc's own count of a real CPU step
+(mallinfo2) the activation peak agrees within 0.5 MiB of 160 (tests/test_predict.py).
 
 What the trace keeps, per micro-step of `b` samples:
 
@@ -26,10 +15,7 @@ What the trace keeps, per micro-step of `b` samples:
                   model states (`suite.predict.memory`)
     activation_bytes_with_grads(b)  the same with every gradient produced so far kept: the first
                   micro-step of a step, when gradients are born in p.grad and stay there
-    flops(b), bytes(b)  per operator: FLOPs from torch.utils.flop_counter's formulas (the
-                  formulas `suite.models.count_flops` counts with), bytes read and written as
-                  torch.utils._runtime_estimation.get_num_bytes counts them (a broadcast
-                  dimension once)
+    flops(b), bytes(b)  per operator, as the recorder counts them
 
 Every quantity is affine in the micro-batch (each operator's shapes grow with it, none
 shrinks), so the step is traced at b = 2 and b = 4 and each event and operator is carried as
@@ -37,262 +23,47 @@ shrinks), so the step is traced at b = 2 and b = 4 and each event and operator i
 (At b = 1 a model may skip an expand or a copy of its labels: a few bytes, which the line
 through 2 and 4 counts anyway.) The peak of affine lines is their upper envelope, kept
 exactly; a direct trace at b = 1, 3 and 8 gives the same peaks and FLOPs (tests). Traces are
-cached on disk by model, attention, recomputation, dtype, loss and library versions
-(`SUITE_CACHE_DIR`, default ~/.cache/suite).
-
-Autograd sums the gradients a tensor receives from several uses (a residual stream, tied input
-and output embeddings) in the input buffer of the node that consumes them; the real engine adds
-the second into the first in place when the first is a plain tensor it alone holds
-(torch/csrc/autograd/input_buffer.cpp, `accumulate`: `old_var.add_(var)` if
-`can_accumulate_inplace(old_var)`, else `old_var + var`), which under fake tensors (a tensor
-subclass) it never does. The trace counts such a sum in place where the real engine would: the
-first gradient is no view (`_base` is None: the weight gradient of `F.linear` is a transposed
-view of its matrix multiply, summed out of place for real too) and nothing else holds it (its
-storage dies with the sum). Measured (gemma-shaped model, tied 64k-vocabulary embedding, one CPU
-step): the tied gradient's sum holds three copies of the embedding under `F.linear`, two under
-DeepSpeed ZeRO-3's linear (`linear="zero3"`, below), as traced.
+cached on disk by model, attention, recomputation, dtype, loss, linear layers and library
+versions (`SUITE_CACHE_DIR`, default ~/.cache/suite).
 
 Each gradient's birth is kept too: `grad_order` lists the parameters (by index in
 `param_numels`) in the order their final gradient appears, and `frontier` gives, for every k,
 the upper envelope of the live-bytes lines of the events at which exactly k gradients exist, so
 an engine whose buffers grow as gradients arrive (ZeRO-2's partition, ZeRO-3's released
 parameters; `suite.predict.memory`) is added to the activations at the same moment, not at
-their separate peaks.
+their separate peaks. A tied weight's two gradients are summed as the real autograd engine sums
+them (in place where it can; `suite.predict.recorder`), and under ZeRO-3 the model runs
+DeepSpeed's linear layers (`linear="zero3"`, `LINEARS`), as the worker's does.
 
-Under ZeRO-3 the worker's model runs DeepSpeed's linear: `deepspeed.zero.Init` replaces
-`torch.nn.functional.linear` with `zero3_linear_wrap` for the life of the process
-(runtime/zero/partition_parameters.py:412-419, 603-604), whose weight gradient is a fresh
-matrix multiply (runtime/zero/linear.py:125-130), so a tied weight's two gradients are summed
-in place; such a trial is traced with it (`linear="zero3"`).
-
-A run whose loss is a fused cross-entropy kernel (`loss="fused"`, a causal LM only) is traced
-with that kernel in place of the model's own loss (`_FusedCrossEntropy`): transformers' loss
-upcasts the logits to fp32 and keeps fp32 log-probabilities and two fp32 gradients of them, the
-fused kernel none of these.
-
-The worker's synthetic batches never pack sequences, so transformers' check for packed
-sequences, which reads tensor values and therefore assumes packing under fake tensors, is
-answered as the real run answers it (`_unpacked`); otherwise the fake run would build and keep
-an explicit attention mask per layer that the real run never has.
+This module imports no torch: the predictor reads a cached trace without it, and records one
+(`suite.predict.recorder`, torch) only where the cache has none.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-
+from suite import paths
 from suite.config import ModelConfig
-from suite.store import write_json
+from suite.files import write_json
 
-FORMAT = 9
-"""Version of the cached trace's layout; a change of it retraces."""
+FORMAT = 6
+"""Version of the cached trace's layout; a change of it retraces (6: gradient order, frontier,
+units, in-place gradient sums)."""
 B1, B2 = 2, 4
 """The micro-batches traced. Not 1: at one sample some models skip an expand or a copy."""
-MATMULS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm")
-ATTENTION_PREFIX = ("aten._scaled_dot_product", "aten._flash_attention", "aten._efficient_attention")
-# Operators that move no data (views, metadata): they cost dispatch time only.
-VIEWS = {
-    "aten.view",
-    "aten._unsafe_view",
-    "aten.t",
-    "aten.transpose",
-    "aten.permute",
-    "aten.expand",
-    "aten.unsqueeze",
-    "aten.squeeze",
-    "aten.slice",
-    "aten.select",
-    "aten.split",
-    "aten.split_with_sizes",
-    "aten.unbind",
-    "aten.as_strided",
-    "aten.detach",
-    "aten.alias",
-    "aten.lift_fresh",
-    "aten.unflatten",
-    "aten.chunk",
-    "aten.narrow",
-    "aten.diagonal",
-}
-LINEARS = ("torch", "zero3")
-"""The linear layers' function: torch's `F.linear`, or DeepSpeed ZeRO-3's `zero3_linear_wrap`,
-which replaces it in a ZeRO-3 worker (module docstring)."""
 LOSSES = ("model", "fused")
 """The loss a trace runs: the model's own (transformers', as the worker trains), or a fused
-cross-entropy kernel's (`_FusedCrossEntropy`, as published runs that fuse their loss)."""
-METADATA = {"prim.device", "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.is_contiguous", "aten.dim"}
-
-
-def _bytes(t: torch.Tensor) -> int:
-    """Bytes an operator touches of `t`: a broadcast (stride 0) dimension is read once, as in
-    torch.utils._runtime_estimation.get_num_bytes."""
-    n = 1
-    for size, stride in zip(t.shape, t.stride(), strict=True):
-        if stride != 0:
-            n *= size
-    return n * t.element_size()
-
-
-def _matmul_dims(name: str, args: tuple) -> tuple[int, int, int, int] | None:
-    """(batch, M, N, K) of a matrix multiply: out[batch, M, N] = a[batch, M, K] @ b[batch, K, N]."""
-    if name == "aten.mm":
-        a, b = args[0], args[1]
-        return 1, a.shape[0], b.shape[1], a.shape[1]
-    if name == "aten.addmm":
-        a, b = args[1], args[2]
-        return 1, a.shape[0], b.shape[1], a.shape[1]
-    if name == "aten.bmm":
-        a, b = args[0], args[1]
-        return a.shape[0], a.shape[1], b.shape[2], a.shape[2]
-    if name == "aten.baddbmm":
-        a, b = args[1], args[2]
-        return a.shape[0], a.shape[1], b.shape[2], a.shape[2]
-    return None
-
-
-def _named(func, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """An operator's arguments by their names in its schema."""
-    named = {a.name: v for a, v in zip(func._schema.arguments, args, strict=False)}
-    named.update(kwargs)
-    return named
-
-
-def _attention_dims(func, args: tuple, kwargs: dict) -> tuple[int, ...]:
-    """(batch, heads, q_len, kv_len, head_dim, causal) of a scaled-dot-product attention operator."""
-    a = _named(func, args, kwargs)
-    q, k = a["query"], a["key"]
-    return q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], int(bool(a.get("is_causal", False)))
-
-
-def _flop_formulas() -> dict:
-    """torch.utils.flop_counter's formulas, and the same formulas for the CPU flash-attention
-    kernel that the registry leaves out (FlopCounterMode counts it by decomposing it into
-    matrix multiplies, which gives the same count)."""
-    from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
-
-    aten = torch.ops.aten
-    formulas = dict(flop_registry)
-    formulas[aten._scaled_dot_product_flash_attention_for_cpu] = lambda q, k, v, *a, **kw: sdpa_flop_count(
-        q.shape, k.shape, v.shape
-    )
-    formulas[aten._scaled_dot_product_flash_attention_for_cpu_backward] = lambda g, q, k, v, *a, **kw: (
-        sdpa_backward_flop_count(g.shape, q.shape, k.shape, v.shape)
-    )
-    return formulas
-
-
-@dataclass
-class _Event:
-    op: str
-    phase: str
-    flops: int
-    bytes: int
-    dims: tuple[int, ...]
-    act: int
-    fresh: int
-    allocs: tuple[int, ...] = ()
-    """Bytes of each storage the operator created."""
-
-
-class _Recorder(TorchDispatchMode):
-    """Records each operator and the live bytes of the storages created since it started."""
-
-    def __init__(self, existing: set[int]) -> None:
-        super().__init__()
-        self.flop_registry = _flop_formulas()
-        self.existing = existing  # ids of storages alive before the step (parameters, inputs)
-        self.phase = "forward"
-        self.events: list[_Event] = []
-        self.alive: dict[int, int] = {}  # id of a live storage -> its serial number
-        self.size: list[int] = []  # bytes of each storage, by serial number
-        self.created: list[list[int]] = []  # serial numbers of the storages each event created
-        self.live = 0
-        self.accumulating = False  # between a backward node's end and the next node's start
-        self.pending: tuple[int, int, int] | None = None  # (event, storage of the first gradient, bytes)
-
-    def _free(self, key: int) -> None:
-        serial = self.alive.pop(key, None)
-        if serial is not None:
-            self.live -= self.size[serial]
-
-    def settle(self) -> None:
-        """An input-buffer sum whose first gradient died with it was in place for real: its
-        event held one tensor fewer (module docstring)."""
-        if self.pending is not None:
-            event, key, nbytes = self.pending
-            self.pending = None
-            if key not in self.alive:
-                self.events[event].act -= nbytes
-
-    def watch(self, root) -> None:
-        """Hooks on every node of the backward graph from `root`: ops between a node's end and
-        the next node's start are the engine's input-buffer sums (engine.cpp, evaluate_function:
-        call_function, then InputBuffer::add for each output)."""
-        seen, stack = set(), [root]
-        while stack:
-            node = stack.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            node.register_prehook(self._node_starts)
-            node.register_hook(self._node_ends)
-            stack.extend(f for f, _ in node.next_functions)
-
-    def _node_starts(self, *_):
-        self.accumulating = False
-
-    def _node_ends(self, *_):
-        self.accumulating = True
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        self.settle()
-        out = func(*args, **kwargs)
-        name = str(func.overloadpacket)
-        name = name if name.startswith(("aten.", "prim.")) else f"aten.{name}"
-        if name in METADATA:
-            return out
-        created = []
-        flat_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        for t in flat_out:
-            st = t.untyped_storage()
-            key = id(st)
-            if key not in self.alive and key not in self.existing:
-                self.alive[key] = len(self.size)
-                created.append(len(self.size))
-                self.size.append(st.nbytes())
-                self.live += st.nbytes()
-                weakref.finalize(st, self._free, key)
-        flops, dims = 0, ()
-        if func.overloadpacket in self.flop_registry:
-            flops = int(self.flop_registry[func.overloadpacket](*args, **kwargs, out_val=out))
-        if name in MATMULS:
-            dims = _matmul_dims(name, args)
-        elif name.startswith(ATTENTION_PREFIX):
-            dims = _attention_dims(func, args, kwargs)
-        moved = 0
-        if name not in VIEWS:
-            flat_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            moved = sum(_bytes(t) for t in flat_in) + sum(_bytes(t) for t in flat_out)
-        allocs = tuple(self.size[s] for s in created)
-        self.events.append(_Event(name, self.phase, flops, moved, tuple(int(d) for d in dims), self.live, 0, allocs))
-        self.created.append(created)
-        if self.accumulating and func is torch.ops.aten.add.Tensor and len(created) == 1:
-            first = args[0]
-            key = id(first.untyped_storage())
-            if isinstance(first, torch.Tensor) and first._base is None and key in self.alive:
-                self.pending = (len(self.events) - 1, key, self.size[created[0]])
-        return out
+cross-entropy kernel's (`suite.predict.recorder._FusedCrossEntropy`, as published runs that fuse
+their loss)."""
+LINEARS = ("torch", "zero3")
+"""The linear layers' function: torch's `F.linear`, or DeepSpeed ZeRO-3's `zero3_linear_wrap`,
+which replaces it in a ZeRO-3 worker (`suite.predict.recorder.linear`)."""
 
 
 @dataclass(frozen=True)
@@ -339,7 +110,7 @@ class Trace:
     param_numels: tuple[int, ...]
     """Every parameter's element count, in module order."""
     block_numels: tuple[int, ...]
-    """Parameters of each repeated block (`suite.models.blocks`), in order; the rest is the root."""
+    """Parameters of each repeated block (`suite.models.recompute.blocks`), in order; the rest is the root."""
     module_params: tuple[tuple[int, ...], ...]
     """The element counts of the parameters each module owns itself, for every module that owns
     any, in module order: the unit ZeRO-3 gathers."""
@@ -409,131 +180,11 @@ class Trace:
             envelope=tuple(tuple(x) for x in d["envelope"]),
             grads_envelope=tuple(tuple(x) for x in d["grads_envelope"]),
             groups=groups,
-            grad_order=tuple(d.get("grad_order", ())),
-            frontier=tuple(tuple(x) for x in d.get("frontier", ())),
-            frontier_held=tuple(tuple(x) for x in d.get("frontier_held", ())),
-            unit_of=tuple(d.get("unit_of", ())),
+            grad_order=tuple(d["grad_order"]),
+            frontier=tuple(tuple(x) for x in d["frontier"]),
+            frontier_held=tuple(tuple(x) for x in d["frontier_held"]),
+            unit_of=tuple(d["unit_of"]),
         )
-
-
-@contextlib.contextmanager
-def _unpacked():
-    """transformers' packed-sequence check reads position ids, which fake tensors do not hold;
-    the worker's batches are never packed (positions 0..s-1 in every row), so the real check
-    returns None, and so does this one."""
-    try:
-        from transformers import masking_utils
-    except ImportError:  # an architecture without transformers' masks
-        yield
-        return
-    original = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
-
-
-class _FusedCrossEntropy(torch.autograd.Function):
-    """The allocations of a fused cross-entropy kernel, as flash-attn's keeps them
-    (flash_attn/ops/triton/cross_entropy.py, `CrossEntropyLoss`): the forward reads the logits in
-    their own dtype and writes an fp32 loss and log-sum-exp per row, saving the logits (no copy)
-    and the log-sum-exp; the backward writes the logits' gradient into a new buffer of the logits'
-    dtype (`torch.empty_like(logits)`; into the logits themselves under `inplace_backward=True`,
-    which flash_attn.losses.cross_entropy.CrossEntropyLoss leaves off by default). No fp32 copy of
-    the logits exists at any time. Shapes only: the values are never read under fake tensors."""
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        rows = logits.shape[0]
-        losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        ctx.save_for_backward(logits, lse, target)
-        return losses
-
-    @staticmethod
-    def backward(ctx, grad_losses: torch.Tensor) -> tuple[torch.Tensor, None]:
-        logits, _, _ = ctx.saved_tensors
-        return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device), None
-
-
-def _fused_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """A causal LM's mean loss through `_FusedCrossEntropy`: the model returns its logits (no
-    labels, so no loss of its own), the labels shifted by one position as the trainers shift
-    them, the logits flattened to (tokens, vocabulary) as the kernel takes them."""
-    labels = inputs["labels"]
-    logits = model(input_ids=inputs["input_ids"]).logits  # only the loss's context keeps them
-    target = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100).reshape(-1)
-    losses = _FusedCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), target)
-    return losses.sum() / labels.numel()
-
-
-def _run(
-    model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode, loss: str = "model", linear: str = "torch"
-) -> tuple[_Recorder, dict[int, int]]:
-    """Forward and backward of one micro-batch, the loss the model's own or fused
-    (`_fused_loss`), the linear layers torch's or ZeRO-3's (`LINEARS`); the recorder and, by
-    the serial number of each gradient's storage (a gradient ends the step as p.grad), the
-    index of its parameter in `model.parameters()`."""
-    from suite import models
-
-    for p in model.parameters():
-        p.grad = None
-    gen = torch.Generator().manual_seed(0)
-    # Floating inputs (pixels) take the model's dtype, as the worker casts them (suite/engines.py).
-    dtype = next(model.parameters()).dtype
-    batch = models.batch(m, micro_batch, gen, "cpu")
-    inputs = {k: fake_mode.from_tensor(v.to(dtype) if v.is_floating_point() else v) for k, v in batch.items()}
-    # Parameters, buffers and inputs exist before the step: a view of one (a weight's
-    # transpose) is not an allocation of the step.
-    before = [*model.parameters(), *model.buffers(), *inputs.values()]
-    rec = _Recorder({id(x.untyped_storage()) for x in before})
-    with fake_mode, _unpacked(), _linear(linear), rec:
-        out = _fused_loss(model, inputs) if loss == "fused" else model(**inputs).loss
-        rec.phase = "backward"
-        rec.watch(out.grad_fn)
-        out.backward()
-        rec.settle()
-    del out
-    grads = {rec.alive[id(p.grad.untyped_storage())]: i for i, p in enumerate(model.parameters()) if p.grad is not None}
-    return rec, grads
-
-
-@contextlib.contextmanager
-def _linear(linear: str):
-    """`torch.nn.functional.linear` as the worker's engine leaves it: torch's own, or ZeRO-3's
-    `zero3_linear_wrap` (partition_parameters.py:412-419)."""
-    if linear == "torch":
-        yield
-        return
-    from deepspeed.runtime.zero.linear import zero3_linear_wrap
-
-    original = torch.nn.functional.linear
-    torch.nn.functional.linear = zero3_linear_wrap
-    try:
-        yield
-    finally:
-        torch.nn.functional.linear = original
-
-
-def _lines(rec: _Recorder, grads: dict[int, int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """Per event: live bytes excluding gradients, gradient bytes created at that event,
-    gradient bytes created so far and how many gradients exist; and the parameters' indices in
-    the order their gradients were created."""
-    grad_live = 0
-    act, fresh, cum, count, order = [], [], [], [], []
-    # A gradient's storage is never freed during the step (it ends as p.grad), so the live
-    # total minus the gradients created so far is everything else.
-    for ev, created in zip(rec.events, rec.created, strict=True):
-        born = [s for s in created if s in grads]
-        new_grad = sum(rec.size[s] for s in born)
-        order += [grads[s] for s in born]
-        grad_live += new_grad
-        act.append(ev.act - grad_live)
-        fresh.append(new_grad)
-        cum.append(grad_live)
-        count.append(len(order))
-    return act, fresh, cum, count, order
 
 
 def _envelope(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -559,18 +210,6 @@ def _envelope(points: list[tuple[float, float]]) -> tuple[tuple[float, float], .
     return tuple(hull)
 
 
-def _record(
-    model, m, micro_batch, fake_mode, loss: str = "model", linear: str = "torch"
-) -> tuple[list[_Event], list[int], list[int], list[int]]:
-    """Per event: the event, live bytes without gradients, fresh and cumulative gradient bytes."""
-    return _record_full(model, m, micro_batch, fake_mode, loss, linear)[:4]
-
-
-def _record_full(model, m, micro_batch, fake_mode, loss: str = "model", linear: str = "torch"):
-    rec, grads = _run(model, m, micro_batch, fake_mode, loss, linear)
-    return (rec.events, *_lines(rec, grads))
-
-
 def _affine(v1: float, v2: float) -> tuple[float, float]:
     """(a, c) of the line through (B1, v1) and (B2, v2)."""
     c = (v2 - v1) / (B2 - B1)
@@ -580,6 +219,7 @@ def _affine(v1: float, v2: float) -> tuple[float, float]:
 def trace_key(
     m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model", linear: str = "torch"
 ) -> str:
+    import torch  # deferred with transformers: only their versions, of a trace not in memory
     import transformers
 
     fields = {
@@ -600,8 +240,6 @@ def trace_key(
 
 
 def cache_dir() -> Path:
-    from suite import paths
-
     return paths.cache_dir() / "traces"
 
 
@@ -641,60 +279,34 @@ def traced(
 
 
 def model_flops(m: ModelConfig, attention: str) -> float:
-    """Model FLOPs per sample as the worker's MFU counts them (`suite.models.count_flops`,
+    """Model FLOPs per sample as the worker's MFU counts them (`suite.models.flops.count_flops`,
     no recomputation), cached on disk like the traces."""
-    from suite.models import count_flops
-
     key = trace_key(m, attention, "none", "model-flops")
     path = cache_dir() / f"{key}.flops.json"
     if path.exists():
         return float(json.loads(path.read_text())["flops_per_sample"])
+    from suite.models.flops import count_flops  # deferred: torch, only where the cache has none
+
     flops = count_flops(m, attention, "none")[0]
     write_json(path, {"flops_per_sample": flops})
     return flops
 
 
-def build_fake(m: ModelConfig, attention: str, recompute: str, dtype: str):
-    """The worker's model with fake parameters, and the fake mode that holds them."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from suite import models
-    from suite.methods import DTYPES
-
-    # Built on the meta device (transformers' initialisation then costs nothing), then given
-    # fake CPU storage of the same shapes and dtypes.
-    with torch.device("meta"):
-        model = models.build(m, attention, recompute, dtype=DTYPES[dtype])
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
-    # A weight shared by two modules (tied input and output embeddings) stays one parameter:
-    # one copy in memory, one gradient that both uses accumulate into, one optimizer state.
-    made: dict[int, torch.nn.Parameter] = {}
-    with fake_mode:
-        for module in model.modules():
-            for name, p in module._parameters.items():
-                if p is not None:
-                    if id(p) not in made:
-                        empty = torch.empty(p.shape, dtype=p.dtype, device="cpu")
-                        made[id(p)] = torch.nn.Parameter(empty, requires_grad=p.requires_grad)
-                    module._parameters[name] = made[id(p)]
-            for name, b in module._buffers.items():
-                if b is not None:
-                    module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
-    return model, fake_mode
-
-
 def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str, linear: str) -> Trace:
-    from suite import models
+    """`m`'s micro-step recorded at B1 and B2 samples, carried as affine lines."""
+    # Deferred: the recorder and the model's blocks need torch, only where the cache has no trace.
+    from suite.models.recompute import blocks
+    from suite.predict.recorder import build_fake, record
 
     model, fake_mode = build_fake(m, attention, recompute, dtype)
     params = list(model.parameters())
     param_numels = tuple(p.numel() for p in params)
-    blocks = models.blocks(model)
-    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in blocks)
-    unit = {id(p): i for i, blk in enumerate(blocks) for p in blk.parameters()}
+    repeated = blocks(model)
+    block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in repeated)
+    unit = {id(p): i for i, blk in enumerate(repeated) for p in blk.parameters()}
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
-    ev1, act1, fresh1, cum1, k1, order1 = _record_full(model, m, B1, fake_mode, loss, linear)
-    ev2, act2, fresh2, cum2, k2, order2 = _record_full(model, m, B2, fake_mode, loss, linear)
+    ev1, act1, fresh1, cum1, k1, order1 = record(model, m, B1, fake_mode, loss, linear)
+    ev2, act2, fresh2, cum2, k2, order2 = record(model, m, B2, fake_mode, loss, linear)
     same = len(ev1) == len(ev2) and all(a.op == b.op and a.phase == b.phase for a, b in zip(ev1, ev2, strict=True))
     if not same or k1 != k2 or order1 != order2:
         raise NotAffine(f"{m.name}: the operators of micro-batch {B1} and {B2} differ; it cannot be traced affinely")

@@ -1,55 +1,53 @@
-"""GPU prediction accuracy against training runs other teams measured and published
-(`benchmarks/published/`): each run predicted as its own implementation ran, and scored out of
-sample.
+"""GPU prediction accuracy against training runs other teams measured and published, and the one
+constant of the GPU model fitted to them (`suite.predict.gpu.fitted_sustained`).
 
-    python benchmarks/published_accuracy.py                 # score every row, print the summary
-    python benchmarks/published_accuracy.py --publish       # also results/accuracy/cuda-published.json
-    python benchmarks/published_accuracy.py --rows 5        # the first 5 expressible rows only (a check)
+    suite-predict published-accuracy                 # every published run predicted and scored, out of sample
+    suite-predict published-accuracy --publish       # also results/accuracy/cuda-published.json
 
-Each row becomes a Trial: its model from the row's transformers config, its GPU profile
-(conf/hardware/<gpu>), GPUs per node and nodes, the network between nodes where stated, the
-engine and sharding (FSDP FULL_SHARD / SHARD_GRAD_OP as FSDP2 full_shard / shard_grad_op, with
-the gradients reduce-scattered at every micro-step where the source does; DDP, ZeRO-1, ZeRO-2 as
-DeepSpeed's stages), recomputation, micro-batch, global batch, sequence, precision and compile
-as published; its implementation (`suite.predict.gpu.Implementation`) from what the source says
-its code fuses, its attention kernel and its gradient-reduction dtype. Rows the suite cannot
-express are listed as skipped, with why.
+The runs are `benchmarks/published/` (one YAML per source, each run with its source group). Each
+becomes a Trial (`trial_for`): its model from the run's transformers config, its GPU profile
+(conf/hardware/<gpu>), GPUs per node and nodes, the network between nodes where stated, the engine
+and sharding (FSDP FULL_SHARD / SHARD_GRAD_OP as FSDP2 full_shard / shard_grad_op, reduce-scattering
+at every micro-step where the source does; DDP, ZeRO-1, ZeRO-2 as DeepSpeed's stages),
+recomputation, micro-batch, global batch, sequence, precision and compile as published; and an
+implementation (`suite.predict.gpu.Implementation`: what its code fuses, its attention kernel, its
+gradient reduction's dtype). Runs the suite cannot express are skipped, with why (`why_not`).
 
-Scored: tokens/s/GPU (median, p90, max |error|, and the median of predicted/published), MFU
-(Spearman between predicted and published MFU, each side with one count of FLOPs per token: the
-suite's, causal attention at half, on every row; and, where a source publishes its MFU, the
-source's own, mostly non-causal), peak memory where
-published (a source's max reserved or allocated, against the predicted device memory), and fit
-(every published run ran, so each must be predicted to fit), per source group, per GPU and
-overall. Every constant of the predictor comes from `suite.predict.gpu` or conf/hardware with its
-source, but one: the fraction of its microbenchmarked rate a GPU's compute keeps through a
-training run (`suite.predict.gpu.SUSTAINED`, per architecture), which no source measures alone.
-It is fitted on the runs of the other source groups and scored on each group's (leave one group
-out), so every figure published is out of sample; `--no-fit` scores without it.
+Every constant of the predictor is cited (suite/predict/gpu.py, conf/hardware) but one: the
+fraction of its microbenchmarked rate a GPU's compute keeps through a training run, per
+architecture, which no source measures alone. `fit_sustained` fits it (the median of
+predicted/published tokens/s at 1); `leave_one_group_out` predicts each group's runs with it fitted
+on the other groups' runs, so every figure scored is out of sample, and gives the fraction fitted on
+all groups, the one the predictor ships (read back from the published file). `score` summarises
+the scored runs overall and per breakdown (`BREAKDOWNS`: a function from a scored run to its key,
+one per breakdown); `publish` writes the summary `suite-predict` shows with every GPU figure
+(`suite.predict.published_error`).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
-import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import date
 from functools import cache
+from operator import itemgetter
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial  # noqa: E402
-from suite.predict.gpu import GEMM_BEST, Implementation  # noqa: E402
+from analysis import ReportError
+from suite import paths
+from suite.config import compose
+from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial
+from suite.predict import MEMORY_KINDS
+from suite.predict.gpu import ARCHITECTURES, Implementation
 
-DATA = ROOT / "benchmarks" / "published"
 FIT_STEPS = 8
 """Bisection steps of a fitted fraction (to within 0.004)."""
-OUT = ROOT / "results" / "accuracy" / "cuda-published.json"
+
+
 KERNELS = {"sdpa": "flash2", "flash": "flash2", "triton": "triton", "fused": "flash1", "eager": ""}
 """A row's attention -> the kernel whose measured rate it runs at (`suite.predict.gpu`)."""
 SHARDINGS = {
@@ -58,7 +56,20 @@ SHARDINGS = {
     "ddp": {"engine": "deepspeed", "zero_stage": 0},
     "zero1": {"engine": "deepspeed", "zero_stage": 1},
     "zero2": {"engine": "deepspeed", "zero_stage": 2},
+    "zero3": {"engine": "deepspeed", "zero_stage": 3},
 }
+TASK_WORDS = (  # a row's task, as sources word it -> the suite's task (first match wins)
+    (("span extraction", "squad", "question answering", "question-answering"), "question-answering"),
+    (("sequence classification", "sequence-classification", "glue"), "sequence-classification"),
+    (("masked", "mlm"), "masked-lm"),
+)
+
+
+def task_of(r: dict) -> str:
+    """The suite's task for a row: as its `task` words it (SQuAD fine-tuning is question answering),
+    else a causal LM (every other row trains one)."""
+    words = str(r.get("task") or "").lower()
+    return next((task for keys, task in TASK_WORDS if any(k in words for k in keys)), "causal-lm")
 
 
 @dataclass
@@ -77,17 +88,31 @@ class Row:
     measured_tps: float
     measured_mfu: float | None
     measured_mem_gib: float | None
+    mem_kind: str = "nvidia-smi"
+    """What kind of memory figure the source publishes (`memory_kind`)."""
     trial: Trial | None = None
     impl: Implementation | None = None
     skipped: str = ""
     notes: str = ""
 
 
+def data_dir() -> Path:
+    """benchmarks/published/ of the checkout: the runs are data of the repository, not of a wheel."""
+    if paths.CHECKOUT is None:
+        raise ReportError("the published runs are a checkout's benchmarks/published/; run this from a clone")
+    return paths.CHECKOUT / "benchmarks" / "published"
+
+
+def out_path() -> Path:
+    """results/accuracy/cuda-published.json: what `suite.predict.published_error("cuda-published")` reads."""
+    return paths.publish_dir() / "cuda-published.json"
+
+
 @cache
 def load() -> list[tuple[dict, dict]]:
     """(source, run) of every run in benchmarks/published/, in file order (read once)."""
     out = []
-    for path in sorted(DATA.glob("*.yaml")):
+    for path in sorted(data_dir().glob("*.yaml")):
         if path.name == "gpu-constants.yaml":
             continue
         d = yaml.safe_load(path.read_text())
@@ -95,31 +120,64 @@ def load() -> list[tuple[dict, dict]]:
     return out
 
 
+PURE_WORDS = (
+    "pure bf16",
+    "pure-bf16",
+    "pure 16-bit",
+    "bf16-true",
+    "bf16 weights",
+    "torch_dtype bfloat16",
+    "torch_dtype=bfloat16",
+    "to(torch.bfloat16)",
+    "to(bfloat16)",
+    "model.bfloat16()",
+    "model.half()",
+)
+"""How sources say a loop keeps its parameters (and so its gradients and moments) in 16 bits."""
+LOOP_OPTIMIZERS = (  # how sources name their AdamW -> its implementation (first match wins)
+    (("fused=true", "fused adamw", "adamw_torch_fused", "fusedadam", "fused_adam", "apex"), "fused"),
+    (("adamw_hf", "unfused", "bertadam", "for-loop", "foreach=false", "single_tensor"), "loop"),
+)
+
+
+def _text(*parts) -> str:
+    return " ".join(str(x) for x in parts if x).lower()
+
+
 def implementation(src: dict, r: dict) -> Implementation:
     """What the run's code does, as the predictor needs it: what it fuses (the source's `fused`),
     its attention kernel, compile, and its gradient reduction's dtype (bf16 where the source
-    reduces in bf16: FSDP mixed precision PURE, or stated)."""
+    reduces in bf16: FSDP mixed precision PURE, or stated); a loop outside DeepSpeed and FSDP
+    (`engine: ddp`, one GPU or torch's DDP) with its states (16-bit where the source says so,
+    `PURE_WORDS`; else fp32 under autocast), its AdamW (`LOOP_OPTIMIZERS`; torch's default,
+    foreach, where unnamed) and torch's DDP."""
     text = f"{r.get('notes', '')} {src.get('notes', '')}"
     bf16_reduce = "mode PURE" in r.get("notes", "") or "bf16 gradient reduction" in text
+    plain = r.get("engine") == "ddp" and str(r.get("loop") or "").lower() != "deepspeed"
+    words = _text(r.get("notes"), r.get("assumed"), r.get("optimizer"), src.get("notes"), src.get("implementation"))
+    optimizer = _text(r.get("optimizer"))
+    if plain and r.get("sharding") == "ddp":
+        apex = "apex" in words and ("o2" in words or "fp16_optimizer" in words)  # fp16 weights, fp32 master
+        states = "engine" if apex else "pure" if any(w in words for w in PURE_WORDS) else "amp"
+        named = next((k for keys, k in LOOP_OPTIMIZERS if any(w in optimizer for w in keys)), None)
+        kind = named or ("fused" if "optimizer" in (src.get("fused") or ()) else "foreach")
+        loop = {"states": states, "optimizer": kind, "torch_ddp": r["gpus"] > 1}
+    else:
+        loop = {}
     return Implementation(
         name=src["id"],
         fused=frozenset(src.get("fused") or ()),
         attention_kernel=KERNELS.get(r["attention"], ""),
         compiled=bool(r.get("compile")),
         grad_reduce_bytes=2 if bf16_reduce else 4,
+        **loop,
     )
 
 
-_bases: dict[tuple[str, int], Trial] = {}
-
-
+@cache
 def _base(gpu: str, per_node: int) -> Trial:
-    from suite.config import compose
-
-    key = (gpu, per_node)
-    if key not in _bases:
-        _bases[key] = compose.trial(["model=tinyllama-1.1b", f"hardware={gpu}", f"hardware.count={per_node}"])
-    return _bases[key]
+    """A trial on `per_node` GPUs of profile `gpu`, whose model and methods `trial_for` replaces."""
+    return compose.trial(["model=tinyllama-1.1b", f"hardware={gpu}", f"hardware.count={per_node}"])
 
 
 def why_not(r: dict) -> str:
@@ -150,7 +208,7 @@ def trial_for(src: dict, r: dict) -> Trial:
         config = {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, **config}
     model = ModelConfig(
         name=r["model"]["name"],
-        task="causal-lm",
+        task=task_of(r),
         model_type=r["model"]["model_type"],
         config=config,
         source=src["id"],
@@ -165,13 +223,34 @@ def trial_for(src: dict, r: dict) -> Trial:
         micro_batch=r["micro_batch"],
         attention="eager" if r["attention"] == "eager" else "sdpa",
         compile=bool(r.get("compile")),
+        tf32=bool(r.get("tf32")),  # unstated: off, PyTorch's default for matmuls since 1.12
     )
     if methods.engine == "fsdp2":
         methods.reduce_every_micro_step = bool(r.get("reduce_every_micro_step"))
     return replace(base, model=model, methods=methods, nodes=nodes)
 
 
+KIND_WORDS = (  # how sources describe their memory figure -> the kind predicted (first match wins)
+    (("max_memory_allocated", "memory_allocated", "allocated", "peak active"), "allocated"),
+    (("max_memory_reserved", "memory_reserved", "reserved"), "reserved"),
+    (("nvidia-smi", "pynvml", "nvml", "gpu memory occupied"), "nvidia-smi"),
+)
+
+
+def memory_kind(src: dict, r: dict) -> str:
+    """The kind of a run's published memory figure (`suite.predict.MEMORY_KINDS`): as the run states
+    it (`measured.peak_mem_kind`), else as its source's notes describe it, else nvidia-smi's, the
+    figure a user reads who does not say how (nvidia-smi, W&B's system panel)."""
+    stated = str(r["measured"].get("peak_mem_kind") or "").lower()
+    if stated in MEMORY_KINDS:
+        return stated
+    words = _text(r["measured"].get("derived"), r.get("notes"), src.get("notes"))
+    return next((k for keys, k in KIND_WORDS if any(w in words for w in keys)), "nvidia-smi")
+
+
 def rows(limit: int = 0) -> list[Row]:
+    """Every published run as a Row, each with its trial and implementation or why it is skipped;
+    with `limit`, the first `limit` expressible ones only."""
     out = []
     for src, r in load():
         m = r["measured"]
@@ -188,15 +267,13 @@ def rows(limit: int = 0) -> list[Row]:
             measured_tps=m.get("tokens_per_s_per_gpu"),
             measured_mfu=m.get("mfu"),
             measured_mem_gib=m.get("peak_mem_gib"),
+            mem_kind=memory_kind(src, r),
         )
         row.skipped = why_not(r)
         if not row.skipped:
             row.trial, row.impl = trial_for(src, r), implementation(src, r)
         out.append(row)
-    if limit:
-        keep = [x for x in out if not x.skipped][:limit]
-        out = keep
-    return out
+    return [x for x in out if not x.skipped][:limit] if limit else out
 
 
 @cache
@@ -226,7 +303,7 @@ def network_for(r: Row, published: dict, stated: dict[str, float]):
 def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[dict]:
     """Each expressible row predicted as its implementation ran, the published figures beside;
     with `sustained` (architecture -> factor) the GPU's sustained fraction set to it
-    (`suite.predict.gpu.SUSTAINED`), else the shipped one."""
+    (`suite.predict.gpu.fitted_sustained`), else the shipped one."""
     from suite.config.validate import problems
     from suite.predict import Predictor
     from suite.predict.gpu import arch
@@ -266,7 +343,10 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
             fits=p.fits,
             tps_err_pct=100 * (tps - r.measured_tps) / r.measured_tps,
             ratio=tps / r.measured_tps,
-            mem_err_pct=100 * (p.device_gib - r.measured_mem_gib) / r.measured_mem_gib if r.measured_mem_gib else None,
+            predicted_mem_gib=p.memory_gib(r.mem_kind),
+            mem_err_pct=100 * (p.memory_gib(r.mem_kind) - r.measured_mem_gib) / r.measured_mem_gib
+            if r.measured_mem_gib
+            else None,
             parts={k: v for k, v in p.time_detail.items() if isinstance(v, float)},
             step_s=p.step_time_s,
             implementation=_impl_text(r.impl),
@@ -369,11 +449,24 @@ def summarize(recs: list[dict]) -> dict:
     }
 
 
+BREAKDOWNS: dict[str, Callable[[dict], str]] = {
+    "by_group": itemgetter("group"),
+    "by_source": itemgetter("source"),
+    "by_gpu": itemgetter("gpu"),
+}
+"""Each breakdown of the score: its name and the function from a scored run to its key. A new way to
+split the runs (a regime: GPU class, engine, GPU count, model size) is one more entry."""
+
+
 def score(recs: list[dict]) -> dict:
-    """Overall, per source group, per source file and per GPU; the skipped rows and why; the
-    worst ten by |tokens/s error|."""
+    """Overall and per breakdown (`BREAKDOWNS`); the skipped rows and why; the worst ten by
+    |tokens/s error|."""
     scored = [r for r in recs if "tps_err_pct" in r]
-    by = lambda key: {k: summarize([r for r in scored if r[key] == k]) for k in sorted({r[key] for r in scored})}  # noqa: E731
+
+    def by(key: Callable[[dict], str]) -> dict:
+        keys = sorted({key(r) for r in scored})
+        return {k: summarize([r for r in scored if key(r) == k]) for k in keys}
+
     worst = sorted(scored, key=lambda r: -abs(r["tps_err_pct"]))[:10]
     best_mfu: dict[str, float] = {}
     for r in recs:
@@ -381,9 +474,7 @@ def score(recs: list[dict]) -> dict:
             best_mfu[r["gpu"]] = max(best_mfu.get(r["gpu"], 0.0), r["measured_mfu"])
     return {
         "overall": summarize(scored),
-        "by_group": by("group"),
-        "by_source": by("source"),
-        "by_gpu": by("gpu"),
+        **{name: by(key) for name, key in BREAKDOWNS.items()},
         "best_published_mfu_by_gpu": best_mfu,
         "skipped": [{"id": r["id"], "why": r["skipped"]} for r in recs if r.get("skipped")],
         "worst": [
@@ -437,8 +528,8 @@ def render(s: dict) -> str:
 
 
 def publish(s: dict, recs: list[dict]) -> Path:
-    """results/accuracy/cuda-published.json: what `suite.predict.published_error("cuda")` reads."""
-    from suite.store import write_json
+    """results/accuracy/cuda-published.json (`out_path`), which every GPU figure is shown with."""
+    from suite.files import write_json
 
     o = s["overall"]
     body = {
@@ -460,34 +551,29 @@ def publish(s: dict, recs: list[dict]) -> Path:
         "overall": o,
         "rows": recs,
     }
-    return write_json(OUT, body, indent=1)
+    return write_json(out_path(), body, indent=1)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--publish", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
-    ap.add_argument("--rows", type=int, default=0, help="score only the first N expressible rows")
-    ap.add_argument(
-        "--no-fit",
-        action="store_true",
-        help="score with the cited constants alone: every sustained fraction 1.0, nothing fitted",
-    )
-    a = ap.parse_args()
-    rs = rows(a.rows)
-    if a.no_fit:  # every architecture at 1.0: the cited constants alone
-        recs, folds = predict(rs, {k: 1.0 for k in (*GEMM_BEST, "other", "volta")}), {}
-    else:
+def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:
+    """Every expressible run (the first `limit` only, if given) predicted and scored: out of sample
+    with the sustained fraction fitted on the other groups (`leave_one_group_out`), or with
+    `fit=False` at the cited constants alone (every fraction 1.0). The summary (`score`, with
+    `sustained_fitted`: each fold's fractions) and the rows as predicted."""
+    rs = rows(limit)
+    if fit:
         recs, folds = leave_one_group_out(rs)
+    else:
+        recs, folds = predict(rs, {k: 1.0 for k in ARCHITECTURES}), {}
     s = score(recs)
     s["sustained_fitted"] = folds
-    print(render(s))
-    if folds:
-        print("sustained fraction fitted (left-out group: fitted on the others):")
-        print("\n".join(f"  {g:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in f.items()) for g, f in folds.items()))
-    if a.publish:
-        print(f"wrote {publish(s, recs)}")
-    return 0
+    return s, recs
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def report(s: dict) -> str:
+    """What the command prints: the scores (`render`) and the fractions each fold fitted."""
+    out = [render(s)]
+    if s["sustained_fitted"]:
+        out.append("sustained fraction fitted (left-out group: fitted on the others):")
+        for group, fitted in s["sustained_fitted"].items():
+            out.append(f"  {group:<24} " + ", ".join(f"{k} {v:.3f}" for k, v in fitted.items()))
+    return "\n".join(out)
