@@ -90,7 +90,7 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
     make = predictor_for or (lambda host: Predictor(host=host))
     rows = []
     for rec, file in recs:
-        t = rec.spec
+        t = rec.trial
         host = (rec.provenance or {}).get("hostname")
         if host not in predictors:
             predictors[host] = make(host)
@@ -183,7 +183,7 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def render(s: dict[str, Any], kind: str) -> str:
+def as_text(s: dict[str, Any], kind: str) -> str:
     lines = [f"Prediction accuracy on {s['n_records']} {kind} record(s) (|error| %: median, p90, max):"]
     names = {
         "peak_mem_err_pct": "peak memory",
@@ -236,7 +236,7 @@ def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[st
         s = summary(g)
         s["source"] = f"suite-report accuracy {path}" + (f"; {note}" if note else "")
         result[kind] = s
-        print(render(s, kind))
+        print(as_text(s, kind))
     out.mkdir(parents=True, exist_ok=True)
     rows = df.astype(object).where(df.notna(), None).to_dict("records")  # NaN is not JSON
     (out / "accuracy.json").write_text(json.dumps({"summary": result, "records": rows}, indent=1, default=str))

@@ -26,7 +26,7 @@ import pandas as pd
 from analysis import ReportError
 from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
 from analysis.prices import gpu_keys
-from analysis.render import Column, Table
+from analysis.report_table import Column, Table
 from suite.config import compose
 from suite.config.schema import GPU_COUNTS, SearchConfig, Trial
 from suite.config.validate import problems
@@ -209,7 +209,7 @@ HARDWARE_KEYS = ("hardware", "hardware.count")
 
 
 def composed(overrides: list[str]):
-    """`compose.compose(overrides)`, with Hydra run once per set of the other overrides: where the
+    """`compose.config(overrides)`, with Hydra run once per set of the other overrides: where the
     hardware is one GPU profile and a count that no other override (or experiment) touches, that
     profile is swapped into the config the others compose (`compose.with_hardware`), milliseconds
     instead of a sixth of a second (`hardware=all` is 19 profiles x 4 counts)."""
@@ -219,8 +219,8 @@ def composed(overrides: list[str]):
     own = any(o.split("=", 1)[0].lstrip("+~").startswith(("hardware", "experiment")) for o in rest)
     gpu, count = hardware.get("hardware", ""), hardware.get("hardware.count", "")
     if own or gpu not in compose.gpu_profiles() or not count.isdigit():
-        return compose.compose(given)
-    return compose.with_hardware(compose.compose(rest), gpu, int(count))
+        return compose.config(given)
+    return compose.with_hardware(compose.config(rest), gpu, int(count))
 
 
 def budgets(overrides: list[str]) -> list[list[str]]:

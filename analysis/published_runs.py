@@ -499,7 +499,7 @@ def score(recs: list[dict]) -> dict:
     }
 
 
-def render(s: dict) -> str:
+def as_text(s: dict) -> str:
     def line(name: str, st: dict) -> str:
         t = st["tokens_per_s_per_gpu_err_pct"]
         if not t.get("n"):
@@ -570,8 +570,8 @@ def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:
 
 
 def report(s: dict) -> str:
-    """What the command prints: the scores (`render`) and the fractions each fold fitted."""
-    out = [render(s)]
+    """What the command prints: the scores (`as_text`) and the fractions each fold fitted."""
+    out = [as_text(s)]
     if s["sustained_fitted"]:
         out.append("sustained fraction fitted (left-out group: fitted on the others):")
         for group, fitted in s["sustained_fitted"].items():

@@ -58,7 +58,7 @@ def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path
     if best is not None:
         m = best.metrics
         side.update(
-            largest_micro_batch=best.spec.methods.micro_batch,
+            largest_micro_batch=best.trial.methods.micro_batch,
             trial_id=best.trial_id,
             step_time_s=m["step_time_s"],
             step_time_within_std_s=m["step_time_within_std_s"],

@@ -41,7 +41,7 @@ def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
     rec = copy.deepcopy(rec)
     rec["trial"]["hardware"].update(gpu_profiles()[gpu], name=f"{gpu}-x{count}", count=count)
     rec["trial"]["model"]["name"] = model
-    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    rec["trial_id"] = Trial.from_json(rec["trial"]).id
     return rec
 
 

@@ -39,7 +39,7 @@ def bare(spec: str) -> None:
     from suite.config import Trial
     from suite.models.build import batch, build
 
-    t = Trial.from_dict(json.loads(spec))
+    t = Trial.from_json(json.loads(spec))
     torch.manual_seed(t.measure.seed)
     model = build(t.model, t.methods.attention, t.methods.recompute)
     r = t.model.recipe
@@ -75,7 +75,7 @@ def main() -> None:
     pairs = []
     for i in range(args.pairs):
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.harness_overhead", "--bare", json.dumps(t.to_dict())],
+            [sys.executable, "-m", "benchmarks.harness_overhead", "--bare", json.dumps(t.to_json())],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -91,7 +91,7 @@ def main() -> None:
         print(f"pair {i + 1}: bare {b['step_time_s']:.4f} s, suite {s['step_time_s']:.4f} s, ratio {ratio:.3f}")
     result = {
         "overrides": OVERRIDES,
-        "trial": t.to_dict(),
+        "trial": t.to_json(),
         "pairs": pairs,
         "ratio_first": pairs[0]["ratio"],
         "ratio_median": statistics.median(p["ratio"] for p in pairs),

@@ -202,7 +202,7 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     ok = [r for r in measured["records"] if r["outcome"] == "ok" and r.get("step_time_s")]
     rows = []
     for path in calibrations:
-        cal = Machine.from_dict(json.loads(path.read_text()))
+        cal = Machine.from_json(json.loads(path.read_text()))
         z0 = cal.step_scale.get("zero0", {})
         for scales, ms in (
             ("per engine", cal),
@@ -263,7 +263,7 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
     by_id = {t.id: t for memory_only in (False, True) for _, t in trials(False, budget, memory_only, only=models)}
     rows = []
     for path in calibrations:
-        cal = Machine.from_dict(json.loads(path.read_text()))
+        cal = Machine.from_json(json.loads(path.read_text()))
         pred = Predictor(machine=cal)
         recs = []
         for r in measured["records"]:
@@ -366,7 +366,7 @@ def main() -> None:
         what = "memory rescored" if args.memory_only else "rescored"
         print(f"wrote {write_result(args.out, f'prediction_accuracy {what}', {'note': args.note, 'rows': rows})}")
         return
-    from analysis.accuracy import render, score, summary
+    from analysis.accuracy import as_text, score, summary
     from suite import paths
     from suite.files import write_json
 
@@ -386,7 +386,7 @@ def main() -> None:
                 for per in s["per_method"].values():
                     per.pop(q, None)
             s["spearman"], s["spearman_min"] = [], None
-        print(render(s, "cpu"))
+        print(as_text(s, "cpu"))
         out["summary"] = s
         out["records"] = df.drop(columns=["file"]).to_dict("records")
         out["outcomes"] = {o: sum(r.outcome == o for r in recs) for o in sorted({r.outcome for r in recs})}

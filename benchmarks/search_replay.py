@@ -123,13 +123,13 @@ def replay_model(
     from suite.config import SearchConfig
     from suite.predict import Predictor
 
-    grid = {key(r.spec.methods): r for r in records if r.spec.model.name == model}
+    grid = {key(r.trial.methods): r for r in records if r.trial.model.name == model}
     ok = {k: r for k, r in grid.items() if r.ok}
     if not ok:
         raise SystemExit(f"no configuration of {model} ran ok in the grid: nothing to replay")
     best_true = min(truth(r, noise) for r in ok.values())
     grid_s = sum(r.wall_s for r in grid.values())
-    base = next(iter(grid.values())).spec
+    base = next(iter(grid.values())).trial
     base = replace(base, measure=replace(base.measure, repeats=1, rerun=False))
     cfg = SearchConfig(engines=["deepspeed"], offloads=["none"])
     est, rng = est or Predictor(), random.Random(seed)

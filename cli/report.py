@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import ReportError, render
+from analysis import ReportError, report_table
 from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.load import Results, read_results
 from analysis.prices import PRICES_DIR, load_prices
@@ -76,13 +76,13 @@ def run_tables(args: argparse.Namespace) -> None:
     tables = report(analysed(args, loaded(args)), published_estimates(prices), prices)
     for t in tables:
         if t.name != "trials":  # every trial is in the files, too long for a terminal
-            print(render.to_markdown(t))
+            print(report_table.to_markdown(t))
     if chosen:
         predicted = predicted_table(predicted_frame(chosen, prices))
         print("=" * 40 + " predicted, not measured " + "=" * 40 + "\n")
-        print(render.to_markdown(predicted))
+        print(report_table.to_markdown(predicted))
         tables.append(predicted)
-    paths = render.write(tables, args.out)
+    paths = report_table.write(tables, args.out)
     print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
 
 
@@ -171,7 +171,7 @@ def add_leaderboard(p: argparse.ArgumentParser) -> None:
 def run_leaderboard(args: argparse.Namespace) -> None:
     from analysis.figures import describe
     from analysis.predicted import asked
-    from leaderboard.render import write_leaderboard
+    from leaderboard.page import write_leaderboard
 
     chosen = asked(args.predict)
     figures = None if args.no_figures else args.figures or args.out.parent / "figures"

@@ -253,7 +253,7 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
         os.makedirs(out_dir, exist_ok=True)
         spec = os.path.join(out_dir, "trial.json" if t.nodes == 1 else f"trial-node{node.rank}.json")
         with open(spec, "w") as f:
-            json.dump(t.to_dict(), f)
+            json.dump(t.to_json(), f)
         port = node.port or free_port()
         base = node.rank * t.hardware.count  # global rank of this node's first rank
         procs: list[subprocess.Popen] = []

@@ -437,7 +437,7 @@ def log_of(base: Trial, report: SearchReport, cfg: SearchConfig | None = None) -
     best = report.best
     return {
         "schema": "suite.search/2",
-        "base": base.to_dict(),
+        "base": base.to_json(),
         "search": asdict(cfg) if cfg else None,
         "stopped": report.stopped,
         "confirmed": report.confirmed,

@@ -155,7 +155,7 @@ def judge(c: Check, rec: Record, ctx: Context) -> Row:
     ref = ctx.records.get(REFERENCE) if c.name != REFERENCE else None
     ref = ref if ref is not None and ref.ok else None
     if "mfu" in c.verdicts:
-        key = "hfu" if rec.spec.methods.recompute != "none" else "mfu"
+        key = "hfu" if rec.trial.methods.recompute != "none" else "mfu"
         v[key], row.figures["floor"] = mfu_verdict(rec, key, ctx.expects.get(c.name), ref, ctx.expects.get(REFERENCE))
     if "skipped" in c.verdicts:
         n = m.get("skipped_steps_discarded")
