@@ -47,6 +47,8 @@ from suite import paths
 from suite.config import Trial
 from suite.files import write_json
 from suite.labels import budget_label, sharding_label
+from suite.predict import Predictor
+from suite.predict.machine import NotCalibrated
 from suite.record import Record
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
@@ -83,8 +85,6 @@ def _err(pred: float | None, meas: float | None) -> float:
 
 def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
     """One row per (record, file): measured, predicted, errors; `predictor_for(host)` gives a Predictor."""
-    from suite.predict import Predictor
-    from suite.predict.machine import NotCalibrated
 
     predictors: dict[str, Any] = {}
     make = predictor_for or (lambda host: Predictor(host=host))

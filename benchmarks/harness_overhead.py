@@ -18,6 +18,9 @@ import sys
 import time
 
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite import launch
+from suite.config import Trial
+from suite.config.compose import trial
 
 OVERRIDES = [
     "model=pythia-14m",
@@ -36,8 +39,7 @@ def bare(spec: str) -> None:
     """The comparison loop, run in its own process: nothing but PyTorch."""
     import torch
 
-    from suite.config import Trial
-    from suite.models.build import batch, build
+    from suite.models.build import batch, build  # deferred with torch: only the bare process loads it
 
     t = Trial.from_json(json.loads(spec))
     torch.manual_seed(t.measure.seed)
@@ -66,9 +68,6 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="bare/suite pairs, interleaved")
     ap.add_argument("--out", default=str(RESULTS / "harness_overhead.json"))
     args = ap.parse_args()
-
-    from suite import launch
-    from suite.config.compose import trial
 
     t = trial(OVERRIDES)
     env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()))  # what the suite gives its one worker

@@ -41,10 +41,19 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from analysis.accuracy import _err, _rank_corr, _stats, as_text, method_label, score, summary
+from analysis.predicted import composed, predict_budget
+from analysis.prices import gpu_keys, load_prices
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite.calibrate import calibrate
+from suite.config.compose import trial
 from suite.config.schema import SearchConfig
+from suite.files import write_json
+from suite.predict import Predictor
+from suite.predict.machine import Machine, calibration_key, load_calibration, save_calibration
 from suite.record import Record
-from suite.space import shardings
+from suite.runner import run_one, summary_line
+from suite.space import shardings, with_methods
 
 # The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
 SHAPE_384 = [
@@ -104,9 +113,6 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
     once the optimizer's states exist)."""
     import itertools
 
-    from suite.config.compose import trial
-    from suite.space import with_methods
-
     out = []
     for name, overrides in MODELS.items():
         if only and name not in only:
@@ -127,8 +133,6 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
 
 
 def calibrated(t, recalibrate: bool, quick: bool) -> str:
-    from suite.calibrate import calibrate
-    from suite.predict.machine import calibration_key, load_calibration, save_calibration
 
     key = calibration_key(t.hardware)
     existing = load_calibration(key)
@@ -139,7 +143,6 @@ def calibrated(t, recalibrate: bool, quick: bool) -> str:
 
 
 def measure(ts, store_dir: Path) -> list[Record]:
-    from suite.runner import run_one, summary_line
 
     recs = []
     for i, (_, t) in enumerate(ts, 1):
@@ -152,8 +155,6 @@ def measure(ts, store_dir: Path) -> list[Record]:
 def plausibility() -> list[dict]:
     """The best configuration `suite-predict` names for each model and budget of PUBLISHED, with its
     tokens/s per GPU and MFU beside the published ones."""
-    from analysis.predicted import composed, predict_budget
-    from analysis.prices import gpu_keys, load_prices
 
     rows = []
     prices, keys = load_prices(), gpu_keys()
@@ -191,10 +192,6 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
     import statistics
 
     import pandas as pd
-
-    from analysis.accuracy import _rank_corr, _stats, method_label
-    from suite.predict import Predictor
-    from suite.predict.machine import Machine
 
     measured = json.loads(result.read_text())
     budget = measured["records"][0]["mem_budget_gib"]
@@ -252,10 +249,6 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
     memory reads): a change of the memory model scored on the trials as measured, none run again.
     Each row: the figures overall, per model and per method, and every record as predicted."""
     import pandas as pd
-
-    from analysis.accuracy import _err, _stats
-    from suite.predict import Predictor
-    from suite.predict.machine import Machine
 
     measured = json.loads(result.read_text())
     budget = measured["records"][0]["mem_budget_gib"]
@@ -366,9 +359,6 @@ def main() -> None:
         what = "memory rescored" if args.memory_only else "rescored"
         print(f"wrote {write_result(args.out, f'prediction_accuracy {what}', {'note': args.note, 'rows': rows})}")
         return
-    from analysis.accuracy import as_text, score, summary
-    from suite import paths
-    from suite.files import write_json
 
     out: dict = {"note": args.note}
     if not args.plausibility:

@@ -32,7 +32,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from analysis.load import read_results
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite import store
 from suite.record import Record
 
 TARGET_SHARE = 0.35  # repeats (issue: every search run's winner equal or tied, at <= 35% of the grid's time)
@@ -55,7 +57,6 @@ def command(module: str, *overrides: str) -> None:
 
 def records(d: Path) -> list[Record]:
     """The trial records of a store, as `analysis.load.read_results` reads a results folder."""
-    from analysis.load import read_results
 
     return read_results(d).records() if d.exists() else []
 
@@ -72,7 +73,6 @@ def interval_of(rec: Record | None) -> dict | None:
 
 def compare(grid: list[Record], log: dict, search_dir: Path) -> dict:
     """One search run against the grid of the same model."""
-    from suite import store
 
     winner = fastest([r for r in grid if r.ok])
     by_id = {r.trial_id: r for r in grid}

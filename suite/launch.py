@@ -36,6 +36,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+from suite import detect
 from suite.config import Trial
 from suite.files import write_json
 from suite.record import Run, provenance
@@ -289,7 +290,6 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
 def profile_check(t: Trial, metrics: dict[str, Any]) -> dict[str, Any] | None:
     """Whether the GPUs the trial ran on are its profile's (`suite.detect.mismatch`): each rank's
     device name as the worker recorded it, with the memory of this node's devices."""
-    from suite import detect
 
     local = detect.local_gpus()
     devices = [

@@ -308,7 +308,7 @@ def test_mfu_floors_come_from_zero0_and_the_predictor_and_say_so(base, checks):
 
 
 def test_flash_attention_without_flash_attn_is_skipped_not_passed(tmp_path, monkeypatch, base, checks):
-    monkeypatch.setattr("suite.config.validate.flash_attn_problem", lambda: "flash-attn is not installed (...)")
+    monkeypatch.setattr("suite.gpu_check.check.flash_attn_problem", lambda: "flash-attn is not installed (...)")
     s, ran = session(tmp_path, monkeypatch, base, total_s=300)
     rows = {r.name: r for r in s.run()}
     assert rows["flash_attention_2"].status == "SKIPPED" and "flash_attention_2" not in [n for n, _ in ran]

@@ -32,6 +32,7 @@ from typing import Any
 
 from suite.config import Trial
 from suite.gpu_check.plan import REFERENCE, Check
+from suite.predict import Predictor
 from suite.record import Record
 
 MFU_CEILING = 0.75  # what Pythia-160M can plausibly reach on a data-centre GPU (HFU under recomputation)
@@ -64,7 +65,6 @@ class Expect:
 
 def expect(t: Trial, predictor=None) -> Expect:
     """What `suite.predict` says of the trial, from the GPU's datasheet."""
-    from suite.predict import Predictor
 
     def finite(x: float | None) -> float | None:
         return x if x is not None and math.isfinite(x) else None
@@ -80,7 +80,6 @@ def expect(t: Trial, predictor=None) -> Expect:
 
 def expect_all(trials: dict[str, Trial]) -> dict[str, Expect]:
     """`expect` of each trial, by name, with one predictor (its constants loaded once)."""
-    from suite.predict import Predictor
 
     predictor = Predictor()
     return {name: expect(t, predictor) for name, t in trials.items()}
