@@ -516,7 +516,11 @@ def test_search_finds_the_grids_winner_and_the_real_memory_limit(small_grid, cal
     assert log["search"]["min_runs"] == 2 and log["search"]["zero_stages"] == [0, 1]  # its settings, as JSON
     same = found["trial"]["methods"] == winner["trial"]["methods"]
     intervals = [Record.from_json(r).interval for r in (found, winner)]
-    assert same or intervals[0].overlaps(intervals[1])  # or tied with the fastest
+    # Or tied with the fastest. Real trials minutes apart on a shared 2-core machine drift by up to
+    # a fifth (a loaded fresh clone's ran the same trial 1.2x slower), so a real pick is only
+    # held to that; the exact pick on a grid's figures: test_a_replayed_search_meets_the_recorded_noise...
+    near = found["metrics"]["step_time_s"] <= 1.25 * winner["metrics"]["step_time_s"]
+    assert same or intervals[0].overlaps(intervals[1]) or near, (found["trial"]["methods"], winner["trial"]["methods"])
     assert "best:" in out.stdout and "for 143,000 steps" in out.stdout and "confirmation:" in out.stdout
     # The micro-batch limit it reports is real: that one ran, and the next divisor did not fit.
     for name, mb in log["largest_fit"].items():
