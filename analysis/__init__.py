@@ -15,7 +15,7 @@ One module per concern:
 - `tables`: the report tables as frames (best per budget with its ties, across budgets, speed-ups
   of the best configuration and of each memory method, whether the largest micro-batch that fits is
   the fastest, misfits).
-- `render`: the tables as Markdown, CSV and LaTeX (booktabs).
+- `report_table`: the tables as Markdown, CSV and LaTeX (booktabs).
 - `figures`: the figures for a paper, their data taken from the tables' frames, written with
   their CSV and caption; `plotting` draws them (matplotlib, Agg).
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.

@@ -47,6 +47,8 @@ from suite import paths
 from suite.config import Trial
 from suite.files import write_json
 from suite.labels import budget_label, sharding_label
+from suite.predict import Predictor
+from suite.predict.machine import NotCalibrated
 from suite.record import Record
 
 PARTS = (("micro_time_s", "t_micro_s"), ("boundary_time_s", "t_boundary_s"), ("optimizer_time_s", "t_optimizer_s"))
@@ -83,14 +85,12 @@ def _err(pred: float | None, meas: float | None) -> float:
 
 def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
     """One row per (record, file): measured, predicted, errors; `predictor_for(host)` gives a Predictor."""
-    from suite.predict import Predictor
-    from suite.predict.machine import NotCalibrated
 
     predictors: dict[str, Any] = {}
     make = predictor_for or (lambda host: Predictor(host=host))
     rows = []
     for rec, file in recs:
-        t = rec.spec
+        t = rec.trial
         host = (rec.provenance or {}).get("hostname")
         if host not in predictors:
             predictors[host] = make(host)
@@ -183,7 +183,7 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def render(s: dict[str, Any], kind: str) -> str:
+def as_text(s: dict[str, Any], kind: str) -> str:
     lines = [f"Prediction accuracy on {s['n_records']} {kind} record(s) (|error| %: median, p90, max):"]
     names = {
         "peak_mem_err_pct": "peak memory",
@@ -236,7 +236,7 @@ def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[st
         s = summary(g)
         s["source"] = f"suite-report accuracy {path}" + (f"; {note}" if note else "")
         result[kind] = s
-        print(render(s, kind))
+        print(as_text(s, kind))
     out.mkdir(parents=True, exist_ok=True)
     rows = df.astype(object).where(df.notna(), None).to_dict("records")  # NaN is not JSON
     (out / "accuracy.json").write_text(json.dumps({"summary": result, "records": rows}, indent=1, default=str))

@@ -101,7 +101,7 @@ def mfu_verdict(mfu: float) -> str:
 
 
 def _peak_tflops(trial: dict) -> float:
-    peak = peak_flops(Trial.from_dict(trial))
+    peak = peak_flops(Trial.from_json(trial))
     return peak / 1e12 if peak else math.nan
 
 

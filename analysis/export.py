@@ -179,7 +179,7 @@ def export_winner(
 ) -> Winner:
     """The winner of (model, hardware, nodes), or the trial `trial_id`, as DeepSpeed, Trainer and launch settings."""
     row = find_winner(df, model, hardware, nodes, trial_id)
-    t = Trial.from_dict(row["trial"])
+    t = Trial.from_json(row["trial"])
     untranslatable = [
         what
         for what, on in (

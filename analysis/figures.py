@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import ReportError
+from analysis.accuracy import scorable, score
 from analysis.load import Results
 from analysis.tables import (
     GROUP,
@@ -427,7 +428,7 @@ def _error_phrase(data: pd.DataFrame, err: str, name: str, band_pct: float) -> s
 
 def accuracy_data(x: Inputs) -> Plotted | str:
     """Figure 5: `accuracy.score` of every record that ran ok and was predicted."""
-    from analysis.plotting import BAND_PCT
+    from analysis.plotting import BAND_PCT  # deferred: plotting imports matplotlib, which the data needs not
 
     sc = x.scored
     if sc is None or sc.empty:
@@ -533,7 +534,6 @@ def write_figures(x: Inputs, out: Path) -> Written:
 
 def scored(results: Results) -> pd.DataFrame | None:
     """`suite-report accuracy`'s scoring of every ok or oom record of `results` (figure 5), or None."""
-    from analysis.accuracy import scorable, score
 
     recs = scorable(results)
     return score(recs) if recs else None

@@ -148,7 +148,7 @@ def checked(rec: Any) -> tuple[Record, Trial]:
     if rec["outcome"] not in OUTCOMES:
         raise Malformed(f"outcome {rec['outcome']!r} is not one of {', '.join(OUTCOMES)}")
     try:
-        t = Trial.from_dict(rec["trial"])
+        t = Trial.from_json(rec["trial"])
     except (KeyError, TypeError) as e:
         raise Malformed(f"its trial does not match suite.config.Trial ({e})") from e
     wrong = type_problems(t, "trial.")
@@ -257,7 +257,7 @@ def _row(stored: Stored) -> dict[str, Any]:
     out["gas"] = gas  # the record's, or the recipe's for a trial that did not run
     if out["runs"] == 1:
         out["step_time_ci_level"] = None  # one run has no interval (stats.median_interval: coverage 0)
-    out["trial"] = record.trial
+    out["trial"] = record.trial_json
     return out
 
 

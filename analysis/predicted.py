@@ -26,11 +26,14 @@ import pandas as pd
 from analysis import ReportError
 from analysis.estimates import cloud_cost_usd, gpu_hours, owned_cost_usd, owned_hardware_usd, training_days
 from analysis.prices import gpu_keys
-from analysis.render import Column, Table
+from analysis.report_table import Column, Table
 from suite.config import compose
 from suite.config.schema import GPU_COUNTS, SearchConfig, Trial
 from suite.config.validate import problems
 from suite.labels import budget_label, config_label, recipe_label
+from suite.predict import Predictor, published_error
+from suite.predict.machine import NotCalibrated, machine_for
+from suite.predict.timing import Network
 from suite.space import configurations
 
 PUBLISHED_CAVEAT = (
@@ -66,7 +69,6 @@ def scored_error(kind: str) -> tuple[str, dict | None]:
     """(which summary, the summary) of the error measured so far for predictions of `kind`: its own
     trials' (results/accuracy/<kind>.json); for a GPU, until GPU trials of the suite are scored,
     published training runs of other teams (results/accuracy/cuda-published.json); else None."""
-    from suite.predict import published_error
 
     s = published_error(kind)
     if not s and kind == "cuda":
@@ -184,7 +186,6 @@ def predict_budget(cfg, prices, keys: dict[str, str]) -> Budget:
     (`runs_in`), its candidates (`candidates`), each predicted and ranked (`rows`). A base that is
     invalid at that precision, or a CPU budget without this machine's constants, raises
     ReportError."""
-    from suite.predict.machine import NotCalibrated
 
     base, label = runs_in(compose.trial_from_cfg(cfg))
     search = SearchConfig(**cfg.search)
@@ -199,8 +200,6 @@ def predict_budget(cfg, prices, keys: dict[str, str]) -> Budget:
 
 
 def _predictor(cfg):
-    from suite.predict import Predictor
-    from suite.predict.timing import Network
 
     return Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
 
@@ -209,7 +208,7 @@ HARDWARE_KEYS = ("hardware", "hardware.count")
 
 
 def composed(overrides: list[str]):
-    """`compose.compose(overrides)`, with Hydra run once per set of the other overrides: where the
+    """`compose.config(overrides)`, with Hydra run once per set of the other overrides: where the
     hardware is one GPU profile and a count that no other override (or experiment) touches, that
     profile is swapped into the config the others compose (`compose.with_hardware`), milliseconds
     instead of a sixth of a second (`hardware=all` is 19 profiles x 4 counts)."""
@@ -219,8 +218,8 @@ def composed(overrides: list[str]):
     own = any(o.split("=", 1)[0].lstrip("+~").startswith(("hardware", "experiment")) for o in rest)
     gpu, count = hardware.get("hardware", ""), hardware.get("hardware.count", "")
     if own or gpu not in compose.gpu_profiles() or not count.isdigit():
-        return compose.compose(given)
-    return compose.with_hardware(compose.compose(rest), gpu, int(count))
+        return compose.config(given)
+    return compose.with_hardware(compose.config(rest), gpu, int(count))
 
 
 def budgets(overrides: list[str]) -> list[list[str]]:
@@ -303,8 +302,6 @@ def asked(specs: list[str]) -> list[Asked]:
         return []
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
-
-    from suite.predict.machine import NotCalibrated, machine_for
 
     out, wrong = [], []
     for spec in specs:

@@ -41,8 +41,12 @@ from analysis import ReportError
 from suite import paths
 from suite.config import compose
 from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial
-from suite.predict import MEMORY_KINDS
-from suite.predict.gpu import ARCHITECTURES, Implementation
+from suite.config.validate import problems
+from suite.files import write_json
+from suite.predict import MEMORY_KINDS, Predictor
+from suite.predict.gpu import ARCHITECTURES, Implementation, arch
+from suite.predict.machine import datasheet
+from suite.predict.timing import Network
 
 FIT_STEPS = 8
 """Bisection steps of a fitted fraction (to within 0.004)."""
@@ -289,7 +293,6 @@ def networks() -> dict[str, float]:
 def network_for(r: Row, published: dict, stated: dict[str, float]):
     """The row's network between nodes: as published, else the one its group states for another
     of its clusters (an assumption, recorded with the row), else the suite's default."""
-    from suite.predict.timing import Network
 
     gbps = published.get("network_gbps")
     if gbps:
@@ -304,10 +307,6 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
     """Each expressible row predicted as its implementation ran, the published figures beside;
     with `sustained` (architecture -> factor) the GPU's sustained fraction set to it
     (`suite.predict.gpu.fitted_sustained`), else the shipped one."""
-    from suite.config.validate import problems
-    from suite.predict import Predictor
-    from suite.predict.gpu import arch
-    from suite.predict.machine import datasheet
 
     published = {r["id"]: r for _, r in load()}
     stated = networks()
@@ -359,7 +358,6 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
 def fit_sustained(rs: list[Row], key: str) -> float | None:
     """The sustained fraction of architecture `key` that makes the median predicted/published
     tokens/s of `rs`'s rows of that architecture 1 (bisection; predictions fall with it)."""
-    from suite.predict.gpu import arch
 
     mine = [r for r in rs if not r.skipped and arch(r.trial.hardware.gpu) == key]
     if not mine:
@@ -377,7 +375,6 @@ def fit_sustained(rs: list[Row], key: str) -> float | None:
 def leave_one_group_out(rs: list[Row]) -> tuple[list[dict], dict]:
     """Every row predicted with the sustained fractions fitted on the other groups' rows (per
     architecture), and the fractions each fold and all groups together give."""
-    from suite.predict.gpu import arch
 
     keys = sorted({arch(r.trial.hardware.gpu) for r in rs if not r.skipped})
     folds, out = {}, []
@@ -499,7 +496,7 @@ def score(recs: list[dict]) -> dict:
     }
 
 
-def render(s: dict) -> str:
+def as_text(s: dict) -> str:
     def line(name: str, st: dict) -> str:
         t = st["tokens_per_s_per_gpu_err_pct"]
         if not t.get("n"):
@@ -529,7 +526,6 @@ def render(s: dict) -> str:
 
 def publish(s: dict, recs: list[dict]) -> Path:
     """results/accuracy/cuda-published.json (`out_path`), which every GPU figure is shown with."""
-    from suite.files import write_json
 
     o = s["overall"]
     body = {
@@ -570,8 +566,8 @@ def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:
 
 
 def report(s: dict) -> str:
-    """What the command prints: the scores (`render`) and the fractions each fold fitted."""
-    out = [render(s)]
+    """What the command prints: the scores (`as_text`) and the fractions each fold fitted."""
+    out = [as_text(s)]
     if s["sustained_fitted"]:
         out.append("sustained fraction fitted (left-out group: fitted on the others):")
         for group, fitted in s["sustained_fitted"].items():

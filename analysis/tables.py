@@ -1,4 +1,4 @@
-"""The report's tables, as frames anyone can reuse (the leaderboard does) and as `render.Table`s.
+"""The report's tables, as frames anyone can reuse (the leaderboard does) and as `report_table.Table`s.
 
 A budget is one hardware profile on one or more nodes; step times are compared only within
 one (model, recipe, budget) group, since a different recipe (global batch, sequence) is a
@@ -35,7 +35,7 @@ import pandas as pd
 from analysis.estimates import speedup_pct
 from analysis.prices import Prices
 from analysis.published import SOURCE
-from analysis.render import Column, Table
+from analysis.report_table import Column, Table
 from suite import stats
 
 GROUP = ["model", "recipe", "budget"]

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite.config.compose import trial
+from suite.runner import run_one
 
 # conf/sharding/ names: DeepSpeed's, then FSDP2's mode of equal sharding.
 PAIRS = (("zero2", "fsdp-shard-grad-op"), ("zero3", "fsdp-full-shard"))
@@ -42,8 +44,6 @@ TINY = [
 
 def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path) -> dict:
     """Double the micro-batch from 1 while trials run ok; the record of the largest that did."""
-    from suite.config.compose import trial
-    from suite.runner import run_one
 
     best, tried, mb = None, [], 1
     while mb <= per_device:
@@ -58,7 +58,7 @@ def largest_fit(base: list[str], sharding: str, per_device: int, store_dir: Path
     if best is not None:
         m = best.metrics
         side.update(
-            largest_micro_batch=best.spec.methods.micro_batch,
+            largest_micro_batch=best.trial.methods.micro_batch,
             trial_id=best.trial_id,
             step_time_s=m["step_time_s"],
             step_time_within_std_s=m["step_time_within_std_s"],

@@ -25,7 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+from analysis import figures, plotting
+from analysis.estimates import estimated_results
+from analysis.load import read_results
+from analysis.prices import load_prices
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite.config import Trial
+from suite.config.compose import gpu_profiles
 
 FIXTURES = [ROOT / "tests/fixtures/results", ROOT / "tests/fixtures/repeats"]
 MODELS = ("scale-a", "scale-b", "scale-c", "scale-d", "scale-e")
@@ -35,13 +41,11 @@ TARGET_S = 30.0
 
 def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
     """A copy of a real record with only its identity changed: hardware, model name, trial id."""
-    from suite.config import Trial
-    from suite.config.compose import gpu_profiles
 
     rec = copy.deepcopy(rec)
     rec["trial"]["hardware"].update(gpu_profiles()[gpu], name=f"{gpu}-x{count}", count=count)
     rec["trial"]["model"]["name"] = model
-    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    rec["trial_id"] = Trial.from_json(rec["trial"]).id
     return rec
 
 
@@ -50,7 +54,6 @@ def make_records(folder: Path, n: int) -> int:
     count after another, each with every real record), each a trial of its own (records of one
     model on budgets that differ only in their name become one trial: the first is kept);
     returns how many were written."""
-    from suite.config.compose import gpu_profiles
 
     real = [json.loads(p.read_text()) for d in FIXTURES for p in sorted(d.glob("*.json"))]
     if folder.exists():
@@ -83,10 +86,6 @@ def timed(folder: Path, out: Path) -> tuple[float, str]:
 def phases(folder: Path, out: Path) -> dict[str, float]:
     """The same work in this process, each part timed: load and estimates, figure 5's scoring, and
     each figure's data and drawing (imports not counted: they are done by then)."""
-    from analysis import figures, plotting
-    from analysis.estimates import estimated_results
-    from analysis.load import read_results
-    from analysis.prices import load_prices
 
     took: dict[str, float] = {}
     t0 = time.perf_counter()

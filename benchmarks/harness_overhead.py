@@ -18,6 +18,9 @@ import sys
 import time
 
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite import launch
+from suite.config import Trial
+from suite.config.compose import trial
 
 OVERRIDES = [
     "model=pythia-14m",
@@ -36,10 +39,9 @@ def bare(spec: str) -> None:
     """The comparison loop, run in its own process: nothing but PyTorch."""
     import torch
 
-    from suite.config import Trial
-    from suite.models.build import batch, build
+    from suite.models.build import batch, build  # deferred with torch: only the bare process loads it
 
-    t = Trial.from_dict(json.loads(spec))
+    t = Trial.from_json(json.loads(spec))
     torch.manual_seed(t.measure.seed)
     model = build(t.model, t.methods.attention, t.methods.recompute)
     r = t.model.recipe
@@ -67,15 +69,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "harness_overhead.json"))
     args = ap.parse_args()
 
-    from suite import launch
-    from suite.config.compose import trial
-
     t = trial(OVERRIDES)
     env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count()))  # what the suite gives its one worker
     pairs = []
     for i in range(args.pairs):
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.harness_overhead", "--bare", json.dumps(t.to_dict())],
+            [sys.executable, "-m", "benchmarks.harness_overhead", "--bare", json.dumps(t.to_json())],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -91,7 +90,7 @@ def main() -> None:
         print(f"pair {i + 1}: bare {b['step_time_s']:.4f} s, suite {s['step_time_s']:.4f} s, ratio {ratio:.3f}")
     result = {
         "overrides": OVERRIDES,
-        "trial": t.to_dict(),
+        "trial": t.to_json(),
         "pairs": pairs,
         "ratio_first": pairs[0]["ratio"],
         "ratio_median": statistics.median(p["ratio"] for p in pairs),

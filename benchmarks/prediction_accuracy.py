@@ -42,10 +42,19 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from analysis.accuracy import _err, _rank_corr, _stats, as_text, method_label, score, summary
+from analysis.predicted import composed, predict_budget
+from analysis.prices import gpu_keys, load_prices
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite.calibrate import calibrate
+from suite.config.compose import trial
 from suite.config.schema import SearchConfig
+from suite.files import write_json
+from suite.predict import Predictor
+from suite.predict.machine import Machine, calibration_key, load_calibration, save_calibration
 from suite.record import Record
-from suite.space import shardings
+from suite.runner import run_one, summary_line
+from suite.space import shardings, with_methods
 
 # The Llama-shaped decoder not in conf/ (and a Qwen2 of the same shape), in transformers' field names.
 SHAPE_384 = [
@@ -131,9 +140,6 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
     once the optimizer's states exist)."""
     import itertools
 
-    from suite.config.compose import trial
-    from suite.space import with_methods
-
     out = []
     for name, overrides in MODELS.items():
         if only and name not in only:
@@ -154,8 +160,6 @@ def trials(tiny: bool, budget_gib: float, memory_only: bool = False, repeats: in
 
 
 def calibrated(t, recalibrate: bool, quick: bool) -> str:
-    from suite.calibrate import calibrate
-    from suite.predict.machine import calibration_key, load_calibration, save_calibration
 
     key = calibration_key(t.hardware)
     existing = load_calibration(key)
@@ -166,7 +170,6 @@ def calibrated(t, recalibrate: bool, quick: bool) -> str:
 
 
 def measure(ts, store_dir: Path) -> list[Record]:
-    from suite.runner import run_one, summary_line
 
     recs = []
     for i, (_, t) in enumerate(ts, 1):
@@ -179,8 +182,6 @@ def measure(ts, store_dir: Path) -> list[Record]:
 def plausibility() -> list[dict]:
     """The best configuration `suite-predict` names for each model and budget of PUBLISHED, with its
     tokens/s per GPU and MFU beside the published ones."""
-    from analysis.predicted import composed, predict_budget
-    from analysis.prices import gpu_keys, load_prices
 
     rows = []
     prices, keys = load_prices(), gpu_keys()
@@ -219,17 +220,13 @@ def rescore(result: Path, calibrations: list[Path]) -> list[dict]:
 
     import pandas as pd
 
-    from analysis.accuracy import _rank_corr, _stats, method_label
-    from suite.predict import Predictor
-    from suite.predict.machine import Machine
-
     measured = json.loads(result.read_text())
     budget = measured["records"][0]["mem_budget_gib"]
     by_key = {(n, method_label(t), t.methods.recompute, t.methods.micro_batch): t for n, t in trials(False, budget)}
     ok = [r for r in measured["records"] if r["outcome"] == "ok" and r.get("step_time_s")]
     rows = []
     for path in calibrations:
-        cal = Machine.from_dict(json.loads(path.read_text()))
+        cal = Machine.from_json(json.loads(path.read_text()))
         z0 = cal.step_scale.get("zero0", {})
         for scales, ms in (
             ("per engine", cal),
@@ -280,17 +277,13 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
     Each row: the figures overall, per model and per method, and every record as predicted."""
     import pandas as pd
 
-    from analysis.accuracy import _err, _stats
-    from suite.predict import Predictor
-    from suite.predict.machine import Machine
-
     measured = json.loads(result.read_text())
     budget = measured["records"][0]["mem_budget_gib"]
     models = tuple({r["model"] for r in measured["records"]})
     by_id = {t.id: t for memory_only in (False, True) for _, t in trials(False, budget, memory_only, only=models)}
     rows = []
     for path in calibrations:
-        cal = Machine.from_dict(json.loads(path.read_text()))
+        cal = Machine.from_json(json.loads(path.read_text()))
         pred = Predictor(machine=cal)
         recs = []
         for r in measured["records"]:
@@ -393,9 +386,6 @@ def main() -> None:
         what = "memory rescored" if args.memory_only else "rescored"
         print(f"wrote {write_result(args.out, f'prediction_accuracy {what}', {'note': args.note, 'rows': rows})}")
         return
-    from analysis.accuracy import render, score, summary
-    from suite import paths
-    from suite.files import write_json
 
     out: dict = {"note": args.note}
     if not args.plausibility:
@@ -413,7 +403,7 @@ def main() -> None:
                 for per in s["per_method"].values():
                     per.pop(q, None)
             s["spearman"], s["spearman_min"] = [], None
-        print(render(s, "cpu"))
+        print(as_text(s, "cpu"))
         out["summary"] = s
         out["records"] = df.drop(columns=["file"]).to_dict("records")
         out["outcomes"] = {o: sum(r.outcome == o for r in recs) for o in sorted({r.outcome for r in recs})}

@@ -30,7 +30,12 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from analysis.accuracy import _stats
+from analysis.load import read_results
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite import search as S
+from suite.config import SearchConfig
+from suite.predict import Predictor
 from suite.record import Record, add_run
 from suite.runner import Ran
 
@@ -44,7 +49,6 @@ def key(methods) -> tuple:
 
 def load(d: Path) -> list[Record]:
     """The ok and out-of-memory trial records of a store (analysis.load's reading of one)."""
-    from analysis.load import read_results
 
     return read_results(d).records(("ok", "oom"))
 
@@ -110,8 +114,6 @@ def quantiles(xs: list[float]) -> dict:
     """n, median, p90 and max, as the accuracy report summarises a quantity."""
     import pandas as pd
 
-    from analysis.accuracy import _stats
-
     return _stats(pd.Series(xs))
 
 
@@ -119,17 +121,14 @@ def replay_model(
     model: str, records: list[Record], series: list[float], noise: str, sittings: int, seed: int, est=None
 ) -> dict:
     """`sittings` replayed searches of `model` (est: the predictor, this checkout's by default)."""
-    from suite import search as S
-    from suite.config import SearchConfig
-    from suite.predict import Predictor
 
-    grid = {key(r.spec.methods): r for r in records if r.spec.model.name == model}
+    grid = {key(r.trial.methods): r for r in records if r.trial.model.name == model}
     ok = {k: r for k, r in grid.items() if r.ok}
     if not ok:
         raise SystemExit(f"no configuration of {model} ran ok in the grid: nothing to replay")
     best_true = min(truth(r, noise) for r in ok.values())
     grid_s = sum(r.wall_s for r in grid.values())
-    base = next(iter(grid.values())).spec
+    base = next(iter(grid.values())).trial
     base = replace(base, measure=replace(base.measure, repeats=1, rerun=False))
     cfg = SearchConfig(engines=["deepspeed"], offloads=["none"])
     est, rng = est or Predictor(), random.Random(seed)
@@ -159,7 +158,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.sittings < 1:
         ap.error("--sittings must be at least 1")
-    from suite import search as S
 
     records = load(Path(args.grid))
     if not records:

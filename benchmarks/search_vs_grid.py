@@ -32,7 +32,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from analysis.load import read_results
 from benchmarks.output import RESULTS, ROOT, write_result
+from suite import store
 from suite.record import Record
 
 TARGET_SHARE = 0.35  # repeats (issue: every search run's winner equal or tied, at <= 35% of the grid's time)
@@ -55,7 +57,6 @@ def command(module: str, *overrides: str) -> None:
 
 def records(d: Path) -> list[Record]:
     """The trial records of a store, as `analysis.load.read_results` reads a results folder."""
-    from analysis.load import read_results
 
     return read_results(d).records() if d.exists() else []
 
@@ -72,13 +73,12 @@ def interval_of(rec: Record | None) -> dict | None:
 
 def compare(grid: list[Record], log: dict, search_dir: Path) -> dict:
     """One search run against the grid of the same model."""
-    from suite import store
 
     winner = fastest([r for r in grid if r.ok])
     by_id = {r.trial_id: r for r in grid}
     found = store.load(search_dir, log["best"]) if log["best"] else None
     in_grid = by_id.get(log["best"]) if log["best"] else None
-    same = found is not None and found.trial["methods"] == winner.trial["methods"]
+    same = found is not None and found.trial_json["methods"] == winner.trial_json["methods"]
     tied = in_grid is not None and in_grid.ok and in_grid.interval.overlaps(winner.interval)
     grid_s = sum(r.wall_s for r in grid)
     here = store.load(search_dir, winner.trial_id)  # the grid's winner, as this search measured it
@@ -90,7 +90,7 @@ def compare(grid: list[Record], log: dict, search_dir: Path) -> dict:
         "search_pred_error": log.get("pred_error"),
         "search_settings": log.get("search"),
         "search_confirmed": log["confirmed"],
-        "search_winner": found.trial["methods"] if found else None,
+        "search_winner": found.trial_json["methods"] if found else None,
         "search_winner_interval": log["best_interval"],
         "search_tied": len(log["tied"]),
         "search_winner_in_grid": interval_of(in_grid),
@@ -117,7 +117,7 @@ def compare(grid: list[Record], log: dict, search_dir: Path) -> dict:
 
 def model_row(model: str, grid_dir: Path, search_root: Path, searches: int, common: list[str], tiny: bool) -> dict:
     """The grid of one model against `searches` searches of it, each from a fresh store."""
-    grid = [r for r in records(grid_dir) if r.spec.model.name == model]
+    grid = [r for r in records(grid_dir) if r.trial.model.name == model]
     ok = [r for r in grid if r.ok]
     if not ok:
         raise SystemExit(f"no configuration of {model} ran ok in the grid ({grid_dir}): nothing to compare with")
@@ -142,10 +142,10 @@ def model_row(model: str, grid_dir: Path, search_root: Path, searches: int, comm
         "grid_outcomes": {o: sum(r.outcome == o for r in grid) for o in sorted({r.outcome for r in grid})},
         "grid_runs": sum(len(r.runs) for r in grid),
         "grid_trial_s": sum(r.wall_s for r in grid),
-        "grid_winner": winner.trial["methods"],
+        "grid_winner": winner.trial_json["methods"],
         "grid_winner_interval": interval_of(winner),
         "grid_tied_with_winner": [
-            r.trial["methods"] for r in ok if r is not winner and r.interval.overlaps(winner.interval)
+            r.trial_json["methods"] for r in ok if r is not winner and r.interval.overlaps(winner.interval)
         ],
         "searches": found,
     }

@@ -23,6 +23,8 @@ from benchmarks.output import write_result
 from suite import detect
 from suite.gpu_check import plan
 from suite.gpu_check.plan import Check
+from suite.predict import machine, timing
+from suite.predict.trace import traced
 from suite.runner import run_one
 
 MICRO_BATCHES = (1, 4, 16)
@@ -64,8 +66,6 @@ def main() -> None:
 
 def summarize(rows: list[dict], base) -> dict:
     """Per micro-batch: the median micro-steps of each stage, and ZeRO-3's excess per collective."""
-    from suite.predict import machine, timing
-    from suite.predict.trace import traced
 
     out = {}
     for mb in MICRO_BATCHES:

@@ -24,11 +24,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from analysis import ReportError
+from analysis import ReportError, published_runs
 from analysis.predicted import describe_error, error_note, predict_all
 from analysis.prices import gpu_keys, load_prices
+from suite.calibrate import calibrate
 from suite.config import compose
 from suite.config.schema import Trial
+from suite.config.validate import absent_devices
+from suite.predict.machine import calibration_key, save_calibration
 
 OUT_DIR = Path("reports/predict")
 CSV_FIELDS = (
@@ -111,9 +114,6 @@ def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
 
 
 def calibrate_main(overrides: list[str], quick: bool) -> None:
-    from suite.calibrate import calibrate
-    from suite.config.validate import absent_devices
-    from suite.predict.machine import calibration_key, save_calibration
 
     t = replace(compose.trial(overrides), nodes=1)
     absent = absent_devices(t)
@@ -127,8 +127,6 @@ def published_main(args: list[str]) -> None:
     """Every published training run predicted and scored, out of sample (analysis/published_runs.py);
     --publish writes results/accuracy/cuda-published.json, the error every GPU figure is shown with."""
     import argparse
-
-    from analysis import published_runs
 
     ap = argparse.ArgumentParser(prog="suite-predict published-accuracy", description=published_main.__doc__)
     ap.add_argument("--publish", action="store_true", help="write results/accuracy/cuda-published.json")

@@ -25,10 +25,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import ReportError, render
+from analysis import ReportError, report_table
+from analysis.accuracy import run
 from analysis.estimates import ANALYTIC_MFU, estimated_results
+from analysis.export import export_winner, measured, write_export
+from analysis.figures import Inputs, describe, scored, select, write_figures
 from analysis.load import Results, read_results
+from analysis.predicted import PREDICT_HELP, asked, predicted_frame, predicted_table
 from analysis.prices import PRICES_DIR, load_prices
+from analysis.published import published_estimates
+from analysis.tables import report
+from leaderboard.page import write_leaderboard
 
 SELECTORS = ("model", "hardware", "nodes", "trial")
 
@@ -55,7 +62,6 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def add_predict(p: argparse.ArgumentParser) -> None:
-    from analysis.predicted import PREDICT_HELP
 
     p.add_argument("--predict", action="append", default=[], metavar="MODEL@HARDWARE", help=PREDICT_HELP)
 
@@ -67,22 +73,19 @@ def add_tables(p: argparse.ArgumentParser) -> None:
 
 
 def run_tables(args: argparse.Namespace) -> None:
-    from analysis.predicted import asked, predicted_frame, predicted_table
-    from analysis.published import published_estimates
-    from analysis.tables import report
 
     prices = load_prices(args.prices)
     chosen = asked(args.predict)  # every --predict checked before the results load: a typo fails at once
     tables = report(analysed(args, loaded(args)), published_estimates(prices), prices)
     for t in tables:
         if t.name != "trials":  # every trial is in the files, too long for a terminal
-            print(render.to_markdown(t))
+            print(report_table.to_markdown(t))
     if chosen:
         predicted = predicted_table(predicted_frame(chosen, prices))
         print("=" * 40 + " predicted, not measured " + "=" * 40 + "\n")
-        print(render.to_markdown(predicted))
+        print(report_table.to_markdown(predicted))
         tables.append(predicted)
-    paths = render.write(tables, args.out)
+    paths = report_table.write(tables, args.out)
     print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
 
 
@@ -95,8 +98,6 @@ def add_figures(p: argparse.ArgumentParser) -> None:
 
 
 def run_figures(args: argparse.Namespace) -> None:
-    from analysis.figures import Inputs, describe, scored, select, write_figures
-    from analysis.predicted import asked, predicted_frame
 
     chosen = asked(args.predict)
     results = loaded(args)
@@ -136,7 +137,6 @@ def selection(items: list[str]) -> dict[str, str]:
 
 
 def run_export(args: argparse.Namespace) -> None:
-    from analysis.export import export_winner, measured, write_export
 
     chosen = selection(args.select)
     df = analysed(args, loaded(args))
@@ -169,9 +169,6 @@ def add_leaderboard(p: argparse.ArgumentParser) -> None:
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
-    from analysis.figures import describe
-    from analysis.predicted import asked
-    from leaderboard.render import write_leaderboard
 
     chosen = asked(args.predict)
     figures = None if args.no_figures else args.figures or args.out.parent / "figures"
@@ -195,7 +192,6 @@ def add_accuracy(p: argparse.ArgumentParser) -> None:
 
 
 def run_accuracy(args: argparse.Namespace) -> None:
-    from analysis.accuracy import run
 
     run(args.path, args.out, args.publish, args.note)
     print(f"wrote {args.out / 'accuracy.json'} and {args.out / 'accuracy.csv'}")

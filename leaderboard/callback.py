@@ -17,7 +17,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from analysis.load import read_results
-from leaderboard.render import write_leaderboard
+from leaderboard.page import write_leaderboard
 
 
 class WriteLeaderboard(Callback):

@@ -1,5 +1,5 @@
 "use strict";
-// Draws the leaderboard from the JSON block inlined by leaderboard/render.py. Every string from a
+// Draws the leaderboard from the JSON block inlined by leaderboard/page.py. Every string from a
 // result reaches the page through textContent, setAttribute or new Option(): never parsed as markup.
 (function () {
   const DATA = JSON.parse(document.getElementById("leaderboard-data").textContent);

@@ -248,7 +248,7 @@ def engines_measured(mode: str) -> dict[str, dict]:
     zero = [0] if mode == "quick" else [0, 1, 2, 3]
     engines = {f"zero{z}": {"engine": "deepspeed", "zero_stage": z, "reshard_after_forward": None} for z in zero}
     if mode == "full":
-        # FSDP2's default mode written out, as `Trial.from_dict` resolves it for the worker: the
+        # FSDP2's default mode written out, as `Trial.from_json` resolves it for the worker: the
         # prediction `step_scales` compares the run with is of the mode that runs (full_shard).
         engines["fsdp2"] = {"engine": "fsdp2", "zero_stage": 0, "reshard_after_forward": True}
     return engines

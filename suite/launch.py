@@ -36,6 +36,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+from suite import detect
 from suite.config import Trial
 from suite.files import write_json
 from suite.record import Run, provenance
@@ -253,7 +254,7 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
         os.makedirs(out_dir, exist_ok=True)
         spec = os.path.join(out_dir, "trial.json" if t.nodes == 1 else f"trial-node{node.rank}.json")
         with open(spec, "w") as f:
-            json.dump(t.to_dict(), f)
+            json.dump(t.to_json(), f)
         port = node.port or free_port()
         base = node.rank * t.hardware.count  # global rank of this node's first rank
         procs: list[subprocess.Popen] = []
@@ -289,7 +290,6 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
 def profile_check(t: Trial, metrics: dict[str, Any]) -> dict[str, Any] | None:
     """Whether the GPUs the trial ran on are its profile's (`suite.detect.mismatch`): each rank's
     device name as the worker recorded it, with the memory of this node's devices."""
-    from suite import detect
 
     local = detect.local_gpus()
     devices = [

@@ -4,10 +4,10 @@ and what it means.
 Producers write a metric under its name (suite.metrics, suite.worker, suite.engines, suite.launch;
 suite.record for the figures of the runs together); everything else reads this table:
 
-- `suite.record.summarize` summarises the runs of a trial by each row's `over_runs`;
+- `suite.record.summary_of_runs` summarises the runs of a trial by each row's `over_runs`;
 - `analysis.load` checks an `ok` record's `required` metrics and puts the `frame` ones in its frame,
   typed by `type`;
-- the leaderboard (`leaderboard.render`, page.js) labels, formats and lists the metrics with a `label`;
+- the leaderboard (`leaderboard.page`, page.js) labels, formats and lists the metrics with a `label`;
 - docs/results-format.md holds `markdown()` (`python -m suite.metric_table` writes it, a test checks it).
 
 Adding a metric is its producer plus one row. A "token" is the task's unit (`Trial.unit`): a text
@@ -89,7 +89,7 @@ class Metric:
 M = Metric
 # fmt: off
 TABLE: tuple[Metric, ...] = (
-    # ---- the step time (suite.metrics.summarize) and its summary over runs (suite.record) ----
+    # ---- the step time (suite.metrics.step_metrics) and its summary over runs (suite.record) ----
     M("step_time_s", "s", "float", MEDIAN, "one optimizer step at the recipe's global batch: a run's mean over its "
       "timed steps, the trial's the median of its runs", label="step time", format="s", required=True, frame=True),
     M("step_time_ci_lo_s", "s", "float", OF_RUNS, "the interval of the median step time: its lower end (the median "

@@ -41,7 +41,7 @@ def _spread(xs: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(
+def step_metrics(
     t: Trial,
     micro_s: list[list[float]],
     boundary_s: list[float],

@@ -60,7 +60,7 @@ class Progress:
         """Record a finished trial and print its line and the sweep's status."""
         self.done += 1
         if rec.ok:
-            t = rec.spec
+            t = rec.trial
             key = (t.model.name, t.hardware.name)
             if key not in self.best or rec.step_time_s < self.best[key][0]:
                 self.best[key] = (rec.step_time_s, f"{methods_label(t)} mb={t.methods.micro_batch}")

@@ -92,13 +92,14 @@ class Run:
 
 @dataclass
 class Record:
-    """A trial and its runs, summarised (module docstring). `trial` is the resolved trial as stored."""
+    """A trial and its runs, summarised (module docstring). `trial_json` is the resolved trial as
+    stored (the file's "trial"); `trial` is it as a `Trial`."""
 
     trial_id: str
     sweep: str
     outcome: str
     message: str
-    trial: dict[str, Any]
+    trial_json: dict[str, Any]
     metrics: dict[str, Any]
     wall_s: float
     provenance: dict[str, Any] | None
@@ -111,9 +112,9 @@ class Record:
         return self.outcome == "ok"
 
     @property
-    def spec(self) -> Trial:
+    def trial(self) -> Trial:
         """The stored trial as a `Trial`."""
-        return Trial.from_dict(self.trial)
+        return Trial.from_json(self.trial_json)
 
     @property
     def n_runs(self) -> int:
@@ -183,13 +184,13 @@ class Record:
                 what = "fits only sometimes: " if outcome == "oom" else ""
                 message = f"{what}run {k} ended {outcome} after {k - 1} ok run(s) ({before} s/step): {message}"
         else:
-            summary = summarize(trial, [r.metrics for r in runs])
+            summary = summary_of_runs(trial, [r.metrics for r in runs])
         return cls(
             trial_id=trial_id,
             sweep=sweep,
             outcome=outcome,
             message=message,
-            trial=trial,
+            trial_json=trial,
             metrics=summary,
             wall_s=sum(r.wall_s for r in runs),
             provenance=runs[-1].provenance if runs else provenance(trial["hardware"]["device"]),
@@ -200,25 +201,25 @@ class Record:
     def new(cls, t: Trial, sweep: str, outcome: str, message: str, metrics: dict, wall_s: float) -> Record:
         """A new record: one run with this outcome, or none for an outcome decided before running."""
         if outcome in DECIDED:
-            return cls.summarized(t.id, sweep, t.to_dict(), [], (outcome, message))
-        return cls.summarized(t.id, sweep, t.to_dict(), [Run.now(t, outcome, message, metrics, wall_s)])
+            return cls.summarized(t.id, sweep, t.to_json(), [], (outcome, message))
+        return cls.summarized(t.id, sweep, t.to_json(), [Run.now(t, outcome, message, metrics, wall_s)])
 
     def with_run(self, t: Trial, sweep: str, run: Run) -> Record:
         """This record with one more run of `t`, summarised again. The trial is the latest
         asker's: its measure settings (repeats, timeout) say how the last run was asked for."""
-        return Record.summarized(t.id, sweep, t.to_dict(), [*self.runs, run])
+        return Record.summarized(t.id, sweep, t.to_json(), [*self.runs, run])
 
     def without(self, outcomes: tuple[str, ...]) -> Record | None:
         """This record without its runs of these outcomes (to run them again), or None when no run is left."""
         if self.outcome not in outcomes:
             return self
         runs = [r for r in self.runs if r.outcome not in outcomes]
-        return Record.summarized(self.trial_id, self.sweep, self.trial, runs) if runs else None
+        return Record.summarized(self.trial_id, self.sweep, self.trial_json, runs) if runs else None
 
     # ---- its JSON ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("schema", "trial_id", "sweep", "outcome", "message", "trial")}
-        out.update(metrics=self.metrics, wall_s=self.wall_s, provenance=self.provenance)
+        out = {k: getattr(self, k) for k in ("schema", "trial_id", "sweep", "outcome", "message")}
+        out.update(trial=self.trial_json, metrics=self.metrics, wall_s=self.wall_s, provenance=self.provenance)
         out["runs"] = [r.to_json() for r in self.runs]
         return out
 
@@ -233,9 +234,12 @@ class Record:
                 f"a record of schema {d.get('schema')!r}; this suite reads {' and '.join(SCHEMAS)} "
                 "(written by a newer suite? update this one, or give it another store.dir)"
             )
-        fields = ("trial_id", "sweep", "outcome", "message", "trial", "metrics", "wall_s", "provenance")
+        fields = ("trial_id", "sweep", "outcome", "message", "metrics", "wall_s", "provenance")
         return cls(
-            **{k: d.get(k) for k in fields}, runs=[Run.from_json(r) for r in d.get("runs", [])], schema=d["schema"]
+            **{k: d.get(k) for k in fields},
+            trial_json=d.get("trial"),
+            runs=[Run.from_json(r) for r in d.get("runs", [])],
+            schema=d["schema"],
         )
 
 
@@ -243,7 +247,7 @@ def with_run(rec: Record | None, t: Trial, sweep: str, run: Run) -> Record:
     """`rec` with one more run of `t` (`Record.with_run`; from `suite.launch.run_trial`), or a new
     record of that run when there is none."""
     if rec is None:
-        return Record.summarized(t.id, sweep, t.to_dict(), [run])
+        return Record.summarized(t.id, sweep, t.to_json(), [run])
     return rec.with_run(t, sweep, run)
 
 
@@ -265,7 +269,7 @@ def _upgrade(d: dict[str, Any]) -> Record:
     return out if runs else replace(out, provenance=d.get("provenance"))
 
 
-def summarize(trial: dict, per_run: list[dict]) -> dict[str, Any]:
+def summary_of_runs(trial: dict, per_run: list[dict]) -> dict[str, Any]:
     """One `ok` trial's metrics from its runs', each as `suite.metric_table` says (`over_runs`)."""
     n = len(per_run)
     times = [m["step_time_s"] for m in per_run]
@@ -291,7 +295,7 @@ def summarize(trial: dict, per_run: list[dict]) -> dict[str, Any]:
         step_time_within_std_s=stats.pooled_std(within) if all(_number(w) for w in within) else None,
     )
     if n > 1:  # the table's AT_MEDIAN (a single run's are its own)
-        t = Trial.from_dict(trial)
+        t = Trial.from_json(trial)
         out.update(
             trial_metrics.rates(t, out["step_time_s"], out["model_flops_per_token"], out["hardware_flops_per_token"])
         )

@@ -38,10 +38,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from suite import stats
+from suite.calibrate import calibrate
 from suite.config.schema import SearchConfig, Trial
 from suite.config.validate import problems, unsupported
 from suite.labels import methods_label
-from suite.predict import Estimate, Estimator
+from suite.predict import Estimate, Estimator, Predictor, published_error
+from suite.predict.machine import NotCalibrated, calibration_key, save_calibration
 from suite.record import Record
 from suite.runner import Ran
 from suite.space import combinations, divisors, micro_batches, with_methods
@@ -166,9 +168,6 @@ def micro_batch_search(t: Trial, start_mb: int, run: Run, report: SearchReport) 
 def predictor(base: Trial, log=print) -> Estimator:
     """The predictor for the search, this machine's constants measured first where a CPU
     budget has none (quick microbenchmarks, saved for every later search and prediction)."""
-    from suite.calibrate import calibrate
-    from suite.predict import Predictor
-    from suite.predict.machine import NotCalibrated, calibration_key, save_calibration
 
     p = Predictor()
     try:
@@ -268,7 +267,6 @@ def prediction_error(base: Trial, cfg: SearchConfig) -> tuple[float, str]:
     """How far an unmeasured prediction may be off (a fraction of its step time), and why."""
     if cfg.pred_error is not None:
         return cfg.pred_error, "search.pred_error"
-    from suite.predict import published_error
 
     s = published_error(base.hardware.device) or {}
     st = s.get("step_time_err_pct") or {}
@@ -437,7 +435,7 @@ def log_of(base: Trial, report: SearchReport, cfg: SearchConfig | None = None) -
     best = report.best
     return {
         "schema": "suite.search/2",
-        "base": base.to_dict(),
+        "base": base.to_json(),
         "search": asdict(cfg) if cfg else None,
         "stopped": report.stopped,
         "confirmed": report.confirmed,

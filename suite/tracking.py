@@ -27,7 +27,7 @@ def log_trial(rec: Record, mode: str, project: str, directory: str) -> None:
         import wandb
 
         os.makedirs(directory, exist_ok=True)
-        t = rec.trial
+        t = rec.trial_json
         run = wandb.init(
             project=project,
             mode=mode,

@@ -295,7 +295,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     dist.all_gather_object(per_rank, mem)
     if rank != 0:
         return None
-    out = metrics.summarize(t, tm.micro_s, tm.boundary_s, tm.optimizer_s, flops, hw_flops)
+    out = metrics.step_metrics(t, tm.micro_s, tm.boundary_s, tm.optimizer_s, flops, hw_flops)
     out.update(metrics.memory(per_rank, cuda))
     out.update(
         eng.record(),
@@ -376,7 +376,7 @@ def main() -> None:
     spec_path, out_dir = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     with open(spec_path) as f:
-        t = Trial.from_dict(json.load(f))
+        t = Trial.from_json(json.load(f))
     try:
         result = run(t, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
     except BaseException as e:  # noqa: BLE001 - every failure becomes a recorded outcome

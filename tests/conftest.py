@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suite.config import Trial
-from suite.config.compose import compose, trial
+from suite.config.compose import config, trial
 
 # Two test processes share the cores (scripts/test.sh): one OpenMP thread per process, as each of a
 # cpu-x2 trial's two ranks gets on 2 cores anyway (suite.launch.worker_env). A one-rank trial would
@@ -306,7 +306,7 @@ def shipped(pattern: str) -> list[Path]:
 
 
 def compose_cfg(overrides: list[str]):
-    return compose(overrides)
+    return config(overrides)
 
 
 def make_trial(overrides: list[str]) -> Trial:

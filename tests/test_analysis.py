@@ -357,7 +357,7 @@ from suite.config import Trial
 from suite.models.build import batch, build
 from suite.ops import preload_built_ops, skip_shm_comm
 
-trial = Trial.from_dict(json.load(open(sys.argv[1])))
+trial = Trial.from_json(json.load(open(sys.argv[1])))
 cfg = json.load(open(sys.argv[2]))
 preload_built_ops()  # the ops scripts/setup.sh built, as a worker loads them
 skip_shm_comm()
@@ -526,7 +526,7 @@ RUNS = {
 def repeated(tmp_path_factory, raw, prices):
     d = tmp_path_factory.mktemp("repeated")
     base = next(r for r in raw if r["trial_id"] == "1b006e20d1190827")  # pythia-14m, cpu-x2, ran ok
-    t0 = Trial.from_dict(base["trial"])
+    t0 = Trial.from_json(base["trial"])
     for (z, mb), times in RUNS.items():
         t = dataclasses.replace(t0, methods=dataclasses.replace(t0.methods, zero_stage=z, micro_batch=mb))
         rec = None
@@ -565,7 +565,7 @@ def test_a_significantly_slower_micro_batch_is_not_taken_for_a_faster_one(raw, t
     """The largest micro-batch is compared with the fastest smaller one: a smaller one that is
     significantly slower than the largest never counts as significantly faster."""
     base = next(r for r in raw if r["trial_id"] == "1b006e20d1190827")
-    t0 = Trial.from_dict(base["trial"])
+    t0 = Trial.from_json(base["trial"])
     for mb, times in {1: (3.0, 3.1, 3.2), 2: (2.0, 2.1, 2.3), 4: (2.0, 2.05, 2.2)}.items():
         t = dataclasses.replace(t0, methods=dataclasses.replace(t0.methods, zero_stage=1, micro_batch=mb))
         rec = None
@@ -640,7 +640,7 @@ def test_tables_and_export_show_intervals_runs_and_ties(repeated, tmp_path, caps
 
 def test_a_configuration_that_fits_only_sometimes_is_not_a_fit(repeated, tmp_path):
     d, df = repeated
-    t = Trial.from_dict(df.iloc[0]["trial"])
+    t = Trial.from_json(df.iloc[0]["trial"])
     rec = Record.new(t, "test", "ok", "", {"step_time_s": 0.5, "step_time_std_s": 0.0}, 1.0)
     rec = add_run(rec, t, "test", "oom", "rank 1: MemoryError", {}, 1.0)
     store.save(tmp_path, rec)

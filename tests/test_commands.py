@@ -160,9 +160,16 @@ def test_bad_input_to_each_command_exits_2_in_one_line(tmp_path, capsys):
     from cli import predict
 
     have = torch.cuda.device_count()
-    absent = [] if have >= 4 else [  # the GPUs this process sees: where there are 4, calibrate would run
-        (["calibrate", "hardware=a6000", "hardware.count=4"], f"a6000-x4 needs 4 CUDA GPU(s); this machine has {have}")
-    ]
+    absent = (
+        []
+        if have >= 4
+        else [  # the GPUs this process sees: where there are 4, calibrate would run
+            (
+                ["calibrate", "hardware=a6000", "hardware.count=4"],
+                f"a6000-x4 needs 4 CUDA GPU(s); this machine has {have}",
+            )
+        ]
+    )
     for argv, says in (
         *absent,
         (["calibrate", "hardware=nonsense"], "nonsense"),

@@ -37,7 +37,7 @@ def test_every_model_composes_and_is_valid_on_a_gpu_node(model):
 def _a6000():
     from suite.config import compose
 
-    return compose.compose(["hardware=a6000", "methods.precision=fp32"])
+    return compose.config(["hardware=a6000", "methods.precision=fp32"])
 
 
 @pytest.mark.parametrize("hardware", names("hardware"))
@@ -48,7 +48,7 @@ def test_every_hardware_profile_composes_and_is_valid(hardware):
 
     other = _a6000()
     for n in (1, 8) if hardware != "cpu-x2-1gb" else (2,):  # one device and a node of them: the ends
-        cfg = compose.compose([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
+        cfg = compose.config([f"hardware={hardware}", f"hardware.count={n}", "methods.precision=fp32"])
         # suite-predict hardware=all's shortcut past Hydra gives the same config.
         swapped = compose.with_hardware(other, hardware, n)
         assert OmegaConf.to_container(swapped, resolve=True) == OmegaConf.to_container(cfg, resolve=True)

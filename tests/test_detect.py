@@ -105,7 +105,7 @@ def test_the_summary_line_warns_of_a_profile_mismatch():
     }
 
     def line_of(m: dict) -> str:
-        return summary_line(Ran(Record(t.id, "", "ok", "", t.to_dict(), m, 10.0, None)), t)
+        return summary_line(Ran(Record(t.id, "", "ok", "", t.to_json(), m, 10.0, None)), t)
 
     line = line_of(m)
     assert "WARNING: ran on NVIDIA H100 NVL, not the NVIDIA H100 80GB HBM3 of hardware=h100-sxm-x1" in line

@@ -47,7 +47,7 @@ def test_fsdp2_default_is_written_out_once_and_deepspeed_ids_do_not_change():
     # Records stored before the engine axis existed keep their trial ids.
     for f in sorted(FIXTURES.glob("*.json")):
         rec = json.loads(f.read_text())
-        assert Trial.from_dict(rec["trial"]).id == rec["trial_id"], f.name
+        assert Trial.from_json(rec["trial"]).id == rec["trial_id"], f.name
 
 
 def test_the_sharding_group_sets_each_engine_mode():
@@ -138,7 +138,7 @@ from suite.models.build import batch
 
 out = {}
 for name, spec in json.loads(sys.argv[1]).items():
-    t = Trial.from_dict(spec)
+    t = Trial.from_json(spec)
     eng = engines.make(t, torch.device("cpu"), 1)
     eng.build()
     gen = torch.Generator().manual_seed(0)
@@ -157,7 +157,7 @@ def test_zero3_builds_every_family_as_zero0_does():
         for stage in (0, 3):
             overrides = [*base, f"methods.zero_stage={stage}", "hardware=cpu-x1"]
             t = make_trial(overrides + ["methods.precision=bf16", "methods.micro_batch=8"])
-            specs[f"{model}/{stage}"] = t.to_dict()
+            specs[f"{model}/{stage}"] = t.to_json()
     env = single_rank_env()
     cmd = [sys.executable, "-c", BUILD_BOTH, json.dumps(specs)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -165,7 +165,7 @@ def test_zero3_builds_every_family_as_zero0_does():
     built = json.loads(out.stdout.strip().splitlines()[-1])
     for model in FAMILY_MODELS:
         zero0, zero3 = built[f"{model}/0"], built[f"{model}/3"]
-        t = Trial.from_dict(specs[f"{model}/0"])
+        t = Trial.from_json(specs[f"{model}/0"])
         shape = model_shape(t.model)
         classes = shape.num_labels if t.model.task == "image-classification" else shape.vocab
         # Each loss is a bf16 value: one step of bf16 near ln(100) is 2^-7 of it (0.8%), so the 1%
@@ -216,7 +216,7 @@ def test_a_step_of_more_micro_steps_than_measured_is_extrapolated_from_them():
     step is (4 - 1) x the plain micro-step + the boundary one + the optimizer step."""
     t = make_trial(TINY + ["methods.micro_batch=1", "measure.max_micro_steps=2"])
     assert (t.gas, t.gas_measured) == (4, 2)
-    m = metrics.summarize(t, [[1.0], [1.2]], [1.5, 1.5], [0.5, 0.5], 64e6, 64e6)
+    m = metrics.step_metrics(t, [[1.0], [1.2]], [1.5, 1.5], [0.5, 0.5], 64e6, 64e6)
     assert m["extrapolated"] and (m["gas"], m["gas_measured"]) == (4, 2)
     assert m["step_time_min_s"] == 3 * 1.0 + 1.5 + 0.5 and m["step_time_max_s"] == pytest.approx(3 * 1.2 + 1.5 + 0.5)
     assert m["step_time_s"] == pytest.approx((5.0 + 5.6) / 2) and m["micro_time_s"] == pytest.approx(1.1)

@@ -233,12 +233,12 @@ def test_the_first_gpu_runs_sound_builds_pass_the_loss_verdict_that_their_last_l
     """The H200 run's records: after 4 updates at the recipe's peak learning rate each draw of the
     init took its own path (the old verdict's 3 FAILs); after the warm-up's 2 they agree."""
     recs = [Record.from_json(json.loads(p.read_text())) for p in sorted(H200.glob("*.json"))]
-    ok = [r for r in recs if r.ok and r.spec.precision == "bf16"]
-    ref = next(r for r in ok if r.spec.methods.engine == "deepspeed" and r.spec.methods.zero_stage == 0)
+    ok = [r for r in recs if r.ok and r.trial.precision == "bf16"]
+    ref = next(r for r in ok if r.trial.methods.engine == "deepspeed" and r.trial.methods.zero_stage == 0)
     others = [r for r in ok if r is not ref]
     assert len(others) == 4  # ZeRO-3, FSDP2, FSDP2 offload, ZeRO-2 offload
     for r in others:
-        assert verdicts.loss_verdict(r.metrics, ref.metrics) == "pass", r.spec.methods
+        assert verdicts.loss_verdict(r.metrics, ref.metrics) == "pass", r.trial.methods
     last = {abs(r.metrics["loss_per_step"][-1] / ref.metrics["loss_per_step"][-1] - 1) for r in others}
     assert sum(x > 0.02 for x in last) == 3  # what the last-loss comparison within 2% called FAIL
 
@@ -254,7 +254,7 @@ out = {}
 for name, spec in json.loads(sys.argv[1]).items():  # FSDP2 first: it opens the process group
     if name == "zero3 without init":
         hf_deepspeed.initialize_weights_zero3 = lambda model: None  # what a wrong build would do
-    eng = engines.make(Trial.from_dict(spec), torch.device("cpu"), 1)
+    eng = engines.make(Trial.from_json(spec), torch.device("cpu"), 1)
     eng.build()
     out[name] = eng.param_stats()
 print(json.dumps(out))
@@ -270,7 +270,7 @@ def test_zero3_and_fsdp2_build_zero0s_weights_and_a_build_without_init_does_not(
         "zero3": make_trial([*cpu, "methods.zero_stage=3"]),
         "zero3 without init": make_trial([*cpu, "methods.zero_stage=3"]),
     }
-    cmd = [sys.executable, "-c", BUILDS, json.dumps({k: t.to_dict() for k, t in specs.items()})]
+    cmd = [sys.executable, "-c", BUILDS, json.dumps({k: t.to_json() for k, t in specs.items()})]
     out = subprocess.run(cmd, env=single_rank_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     built = json.loads(out.stdout.strip().splitlines()[-1])
@@ -308,7 +308,7 @@ def test_mfu_floors_come_from_zero0_and_the_predictor_and_say_so(base, checks):
 
 
 def test_flash_attention_without_flash_attn_is_skipped_not_passed(tmp_path, monkeypatch, base, checks):
-    monkeypatch.setattr("suite.config.validate.flash_attn_problem", lambda: "flash-attn is not installed (...)")
+    monkeypatch.setattr("suite.gpu_check.check.flash_attn_problem", lambda: "flash-attn is not installed (...)")
     s, ran = session(tmp_path, monkeypatch, base, total_s=300)
     rows = {r.name: r for r in s.run()}
     assert rows["flash_attention_2"].status == "SKIPPED" and "flash_attention_2" not in [n for n, _ in ran]
@@ -518,7 +518,7 @@ def test_the_checks_run_on_real_cpu_trials_judges_their_weights_and_losses(tmp_p
     for name in names[1:3]:
         assert rows[name].verdicts["weights"] == "pass", name
     assert rows["ZeRO-3 bf16"].verdicts["memory"].startswith("skipped: no predicted peak (the predictor failed")
-    assert {r.spec.hardware.count for r in s.records.values()} == {2}  # sharded over two ranks
+    assert {r.trial.hardware.count for r in s.records.values()} == {2}  # sharded over two ranks
 
 
 def test_ids_stay_as_they_were_with_parameter_statistics_and_the_engines_optimizer():

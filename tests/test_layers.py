@@ -1,6 +1,7 @@
 """The layers of the project, read from its source: no import cycle (imports inside functions
 count: a local import hides a loop, it does not remove it), lower layers never import upper ones,
-the predictor never imports the runner, and the modules every report reads import without torch.
+the predictor never imports the runner, the modules every report reads import without torch, and a
+project module imported inside a function says why (a heavy package deferred, a cycle broken).
 Each failure names the import that breaks the rule, as file:line."""
 
 from __future__ import annotations
@@ -183,6 +184,38 @@ def test_no_import_cycle():
         inside = [str(imp) for m in component for imp in graph[m] if imp.target in component]
         problems.append(f"cycle {' <-> '.join(component)}:\n    " + "\n    ".join(inside))
     assert not problems, "\n".join(problems)
+
+
+def _local_imports() -> list[tuple[Path, int, list[str]]]:
+    """Every import of a project module inside a function (benchmarks too), with its source lines
+    and the lines of the import block above it in the same function."""
+    found = []
+    for path in sorted(p for pkg in (*PACKAGES, "benchmarks") for p in (ROOT / pkg).rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines), filename=str(path))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                if not any(n.partition(".")[0] in (*PACKAGES, "benchmarks") for n in names):
+                    continue
+                first = node.lineno - 1
+                while first > 0 and lines[first - 1].strip().startswith(("import ", "from ", "#")):
+                    first -= 1  # the block this import belongs to, and a comment above it
+                found.append((path, node.lineno, lines[first : node.end_lineno]))
+    return found
+
+
+def test_local_imports_of_the_project_say_why():
+    """A project module imported inside a function hides the dependency graph; it is there only to
+    defer a heavy package (torch, matplotlib) or to break a named cycle, and says so in a comment
+    on its line or on its import block."""
+    found = _local_imports()
+    assert any(path.name == "worker.py" for path, _, _ in found)  # the walk sees them
+    silent = [f"{path.relative_to(ROOT)}:{line}" for path, line, block in found if not any("#" in b for b in block)]
+    assert not silent, "function-local project imports without a reason:\n" + "\n".join(silent)
 
 
 def test_lower_layers_never_import_upper_ones():

@@ -32,7 +32,7 @@ from analysis.prices import load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
 from cli.report import main as report_main
 from leaderboard.callback import WriteLeaderboard
-from leaderboard.render import script_json, write_leaderboard
+from leaderboard.page import script_json, write_leaderboard
 from suite.config import Trial
 from suite.config.compose import gpu_profiles
 
@@ -61,7 +61,7 @@ def relabel(rec: dict, model: str, gpu: str, count: int) -> dict:
     rec = copy.deepcopy(rec)
     rec["trial"]["hardware"].update(gpu_profiles()[gpu], name=f"{gpu}-x{count}", count=count)
     rec["trial"]["model"]["name"] = model
-    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    rec["trial_id"] = Trial.from_json(rec["trial"]).id
     return rec
 
 
@@ -69,7 +69,7 @@ def twin(rec: dict) -> dict:
     """A copy of a real record under another configuration's name (eager attention): tied with it."""
     rec = copy.deepcopy(rec)
     rec["trial"]["methods"]["attention"] = "eager"
-    rec["trial_id"] = Trial.from_dict(rec["trial"]).id
+    rec["trial_id"] = Trial.from_json(rec["trial"]).id
     return rec
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY, make_trial
 
 from analysis.load import load_results
-from leaderboard.render import COLUMNS, metrics_payload
+from leaderboard.page import COLUMNS, metrics_payload
 from suite import metric_table
 from suite.metric_table import TABLE, Metric
 from suite.record import Record, add_run

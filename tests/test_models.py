@@ -279,7 +279,7 @@ def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp
         (tmp_path / path).write_text(text)
     t = make_trial(TINY_MEMBERS["mamba"])
     spec = tmp_path / "model.json"
-    spec.write_text(json.dumps(t.to_dict()))
+    spec.write_text(json.dumps(t.to_json()))
     probe = textwrap.dedent(
         f"""
         import json, torch
@@ -287,7 +287,7 @@ def test_installed_fast_kernels_are_reported_and_flops_count_their_reference(tmp
         from suite.models.build import build
         from suite.models.flops import count_flops
         from suite.models.kernels import kernel_path
-        t = Trial.from_dict(json.load(open({str(spec)!r})))
+        t = Trial.from_json(json.load(open({str(spec)!r})))
         with torch.device("meta"):
             model = build(t.model, "none", "none")
         print(kernel_path(model))

@@ -57,7 +57,7 @@ def test_the_global_batch_is_split_over_every_node():
     # A one-node trial's id leaves `nodes` out: records stored before the field existed keep theirs.
     assert make_trial(TINY + ["cluster.nodes=1"]).id == make_trial(TINY).id != make_trial(TINY + ["cluster.nodes=2"]).id
     old = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
-    assert old and all("nodes" not in r["trial"] and Trial.from_dict(r["trial"]).id == r["trial_id"] for r in old)
+    assert old and all("nodes" not in r["trial"] and Trial.from_json(r["trial"]).id == r["trial_id"] for r in old)
     found = problems(make_trial(TINY + ["model.recipe.global_batch=6", "cluster.nodes=4"]))
     assert "model.recipe.global_batch=6 is not divisible by hardware.count=2 x cluster.nodes=4" in found
     assert "cluster.nodes=0 must be > 0" in problems(make_trial(TINY + ["cluster.nodes=0"]))

@@ -55,7 +55,7 @@ def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(
     plain = traced(t.model, "sdpa", "none", "fp32")
     assert tr.flops(1, "backward") > plain.flops(1, "backward")
     assert tr.activation_bytes(8) < plain.activation_bytes(8)
-    assert Trace.from_dict(json.loads(json.dumps(tr.to_dict()))) == tr
+    assert Trace.from_json(json.loads(json.dumps(tr.to_json()))) == tr
 
 
 def test_trace_equals_the_live_bytes_of_a_real_micro_step(tiny):
@@ -316,7 +316,7 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
     """The bandwidths describe the hardware to the predictor; stored trials keep their ids."""
     for path in sorted(FIXTURES.glob("*.json")):
         rec = json.loads(path.read_text())
-        assert Trial.from_dict(rec["trial"]).id == rec["trial_id"]
+        assert Trial.from_json(rec["trial"]).id == rec["trial_id"]
 
 
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
@@ -471,7 +471,7 @@ def test_rank_correlation_of_the_measurement_against_itself():
     group with a single-run record has none."""
     import pandas as pd
 
-    from analysis.accuracy import render, spearman, summary
+    from analysis.accuracy import as_text, spearman, summary
 
     first, second = [1.0, 2.0, 3.0, 4.0], [1.1, 2.2, 3.9, 3.8]  # the last two swap places
     rows = [
@@ -499,7 +499,7 @@ def test_rank_correlation_of_the_measurement_against_itself():
         pd.Series([1, 2, 3, 4]).rank().corr(pd.Series([1.05, 2.1, 3.45, 3.9]).rank())
     )
     assert got["b"]["repeat_spearman"] is None
-    text = render(summary(df), "cpu")
+    text = as_text(summary(df), "cpu")
     assert "rank correlation a on cpu-x2: 1.00 (4 trials; first run against second: 0.80)" in text
     assert "rank correlation b on cpu-x2: 1.00 (4 trials)" in text
 
@@ -519,7 +519,7 @@ def test_rescore_predicts_a_stored_result_again_from_each_calibration(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     cal_path = sorted((root / "results/benchmarks/calibrations").glob("*.json"))[0]
-    cal = Machine.from_dict(json.loads(cal_path.read_text()))
+    cal = Machine.from_json(json.loads(cal_path.read_text()))
     assert cal.step_scale["zero3"]["optimizer"] != cal.step_scale["zero0"]["optimizer"]
 
     picked = [

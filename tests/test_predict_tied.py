@@ -16,6 +16,8 @@ from dataclasses import replace
 
 import pytest
 
+from suite.calibrate import minimal_trial
+from suite.launch import run_trial
 from suite.predict import memory
 from suite.predict.peaks import Term
 from suite.predict.trace import traced
@@ -109,9 +111,6 @@ def test_zero2_peak_of_a_real_tied_trial(tmp_path):
     """A real 2-rank ZeRO-2 trial of the tiny tied model: its peak is the predicted layout plus
     the runtime a minimal ZeRO-2 trial holds (what `suite-predict calibrate` measures per
     engine), within 5%. The prediction before the tied embedding's terms was 15% under."""
-    from suite.calibrate import minimal_trial
-    from suite.launch import run_trial
-
     t = gemma(True, "methods.zero_stage=2", "measure.timed_steps=1")
     runtime = run_trial(minimal_trial(t, {"engine": "deepspeed", "zero_stage": 2}))
     assert runtime.outcome == "ok", runtime.message

@@ -107,7 +107,7 @@ def fixture_record(outcome: str = "ok") -> dict:
 def runs_of(times: list[float]) -> tuple[Record, dict]:
     """A record of runs of a real fixture trial at these step times (its real metrics otherwise)."""
     old = fixture_record()
-    t = Trial.from_dict(old["trial"])
+    t = Trial.from_json(old["trial"])
     rec = None
     for k, x in enumerate(times):
         m = dict(old["metrics"], step_time_s=x, step_time_std_s=0.01 * (k + 1), peak_mem_gib=0.4 + 0.01 * k)
@@ -135,7 +135,7 @@ def test_a_record_keeps_every_run_and_summarises_them_by_hand():
 
 def test_a_run_that_fails_gives_the_trial_its_outcome():
     rec, _ = runs_of([1.0, 1.1])
-    t = rec.spec
+    t = rec.trial
     oom = add_run(rec, t, "test", "oom", "rank 0: MemoryError", {}, 3.0)
     assert oom.outcome == "oom" and oom.metrics == {} and len(oom.runs) == 3
     assert oom.message == (

@@ -1,6 +1,6 @@
-"""From `conf/` to a `Trial`: the schema registered with Hydra, and one `compose` every caller uses.
+"""From `conf/` to a `Trial`: the schema registered with Hydra, and one `config` every caller composes through.
 
-    cfg = compose(["model=pythia-1b", "hardware=a6000", "hardware.count=4"])   # Hydra's composed config
+    cfg = config(["model=pythia-1b", "hardware=a6000", "hardware.count=4"])   # Hydra's composed config
     t = trial(["model=pythia-1b", "hardware=a6000-x4"])                         # the same, as a Trial
 
 The commands (`cli/`) compose through `hydra.main` with the same registration (`register`) and
@@ -137,7 +137,7 @@ def overrides(args: list[str]) -> list[str]:
     return out
 
 
-def compose(args: list[str]):
+def config(args: list[str]):
     """The composed config of these overrides, from the shipped conf/ (Hydra's compose API). A
     process composes the same overrides once while conf/ is unchanged (Hydra takes a sixth of a
     second; a copy, milliseconds); each caller gets its own copy."""
@@ -169,13 +169,13 @@ def trial_from_cfg(cfg: Any) -> Trial:
     trial (`suite.models.config.inline`), so its record stands alone."""
     d = OmegaConf.to_container(cfg, resolve=True)
     spec = {k: d[k] for k in ("model", "hardware", "methods", "measure", "debug")}
-    t = Trial.from_dict({**spec, "nodes": d["cluster"]["nodes"]})
+    t = Trial.from_json({**spec, "nodes": d["cluster"]["nodes"]})
     return dataclasses.replace(t, model=inline(t.model))
 
 
 def trial(args: list[str]) -> Trial:
     """The trial of these overrides."""
-    return trial_from_cfg(compose(args))
+    return trial_from_cfg(config(args))
 
 
 def with_hardware(cfg: Any, gpu: str, count: int) -> Any:

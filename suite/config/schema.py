@@ -183,7 +183,7 @@ class MeasureConfig:
     timed_steps: int = 5
     max_micro_steps: int = 4
     """Micro-steps run per timed step; a larger accumulation is extrapolated from the
-    measured micro, boundary and optimizer times (`suite.metrics.summarize`)."""
+    measured micro, boundary and optimizer times (`suite.metrics.step_metrics`)."""
     timeout_s: float = 600.0
     seed: int = 0
     rerun: bool = False
@@ -336,7 +336,7 @@ class Trial:
     """Nodes the trial spans (`cluster.nodes`), each with hardware.count devices."""
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Trial:
+    def from_json(cls, d: dict[str, Any]) -> Trial:
         model = dict(d["model"])
         model["recipe"] = RecipeConfig(**model["recipe"])
         methods = MethodsConfig(**d["methods"])
@@ -352,12 +352,12 @@ class Trial:
             nodes=d.get("nodes", 1),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def id(self) -> str:
-        d = self.to_dict()
+        d = self.to_json()
         for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats", "param_stats"):
             d["measure"].pop(how)  # how to run it, not what is measured
         for k in PREDICTION_ONLY:  # describe the hardware to the predictor; ids predate them

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from suite import detect, store
 from suite.config import Trial
-from suite.gpu_check import environment
+from suite.config.validate import flash_attn_problem
+from suite.gpu_check import environment, verdicts
 from suite.gpu_check.plan import (
     BUDGET_S,
     OPS,
@@ -29,15 +31,24 @@ from suite.gpu_check.plan import (
     timeline,
     trial_of,
 )
-from suite.gpu_check.verdicts import Context, Expect, Row, exit_code, expect, judge, predictions, write
+from suite.gpu_check.verdicts import (
+    Context,
+    Expect,
+    Row,
+    exit_code,
+    expect,
+    judge,
+    predictions,
+    write,
+)
 from suite.record import Record
+from suite.runner import run_one, summary_line
 
 NO_GPU, UNUSABLE = 3, 2  # exit codes: no CUDA GPU here; the environment cannot run the check
 
 
 def skipped_upfront(c: Check, t: Trial, env: environment.Environment) -> str | None:
     """Why a check cannot run on this machine, known before anything starts (it costs no time)."""
-    from suite.config.validate import flash_attn_problem
 
     if t.methods.engine == "fsdp2" and env.fsdp2:
         return env.fsdp2
@@ -131,8 +142,6 @@ class Session:
 
     def run_check(self, c: Check, t: Trial, others: list[Check]) -> None:
         """Run one check if the budget admits it; a trial the budget cuts is not run, not failed."""
-        from suite import store
-        from suite.runner import run_one, summary_line
 
         cost, room = self.budget.cost(c), self.budget.room(c, others)
         if cost > room:
@@ -157,9 +166,9 @@ def launcher_row() -> Row:
     """Whether the launcher (this process) holds GPU memory after all its trials."""
     import torch
 
-    from suite.gpu_check.verdicts import launcher_verdict, nvml_processes, probe_process
-
-    verdict, seen = launcher_verdict(torch.cuda.is_initialized(), nvml_processes, probe_process)
+    verdict, seen = verdicts.launcher_verdict(
+        torch.cuda.is_initialized(), verdicts.nvml_processes, verdicts.probe_process
+    )
     return Row("launcher GPU memory", "ok", {"message": seen}, {"launcher": verdict})
 
 
@@ -193,7 +202,6 @@ def dry_run(budget_s: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from suite import detect
 
     p = argparse.ArgumentParser(prog="python -m suite.gpu_check", description=__doc__)
     p.add_argument("out", nargs="?", help="where records, table.txt and verdicts.json go")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite import paths
 from suite.gpu_check.plan import OPS
 
 NEEDED = ("torch", "transformers", "deepspeed", "hydra-core", "omegaconf", "hydra-submitit-launcher")
@@ -86,7 +87,6 @@ def check(env: dict[str, str] | os._Environ = os.environ) -> Environment:
 
 def requirements() -> list[str]:
     """The suite's dependencies as pyproject.toml lists them (a checkout), else as installed."""
-    from suite import paths
 
     if paths.CHECKOUT is not None and sys.version_info >= (3, 11):
         import tomllib

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.config import Trial
+from suite.config.compose import trial
 
 MODEL = "pythia-160m"
 MICRO_BATCH = 16  # 16 x 2048 tokens per micro-step: enough work per kernel for a meaningful MFU
@@ -90,7 +91,6 @@ def plan() -> list[Check]:
 
 def base_trial(gpu: str) -> Trial:
     """Pythia-160M with its recipe on one GPU of type `gpu`, measured briefly (MEASURE)."""
-    from suite.config.compose import trial
 
     measure = [f"measure.{k}={v}" for k, v in MEASURE.items()] + ["measure.rerun=true"]
     return trial([f"model={MODEL}", f"hardware={gpu}", "hardware.count=1", *measure])

@@ -32,6 +32,7 @@ from typing import Any
 
 from suite.config import Trial
 from suite.gpu_check.plan import REFERENCE, Check
+from suite.predict import Predictor
 from suite.record import Record
 
 MFU_CEILING = 0.75  # what Pythia-160M can plausibly reach on a data-centre GPU (HFU under recomputation)
@@ -64,7 +65,6 @@ class Expect:
 
 def expect(t: Trial, predictor=None) -> Expect:
     """What `suite.predict` says of the trial, from the GPU's datasheet."""
-    from suite.predict import Predictor
 
     def finite(x: float | None) -> float | None:
         return x if x is not None and math.isfinite(x) else None
@@ -80,7 +80,6 @@ def expect(t: Trial, predictor=None) -> Expect:
 
 def expect_all(trials: dict[str, Trial]) -> dict[str, Expect]:
     """`expect` of each trial, by name, with one predictor (its constants loaded once)."""
-    from suite.predict import Predictor
 
     predictor = Predictor()
     return {name: expect(t, predictor) for name, t in trials.items()}
@@ -155,7 +154,7 @@ def judge(c: Check, rec: Record, ctx: Context) -> Row:
     ref = ctx.records.get(REFERENCE) if c.name != REFERENCE else None
     ref = ref if ref is not None and ref.ok else None
     if "mfu" in c.verdicts:
-        key = "hfu" if rec.spec.methods.recompute != "none" else "mfu"
+        key = "hfu" if rec.trial.methods.recompute != "none" else "mfu"
         v[key], row.figures["floor"] = mfu_verdict(rec, key, ctx.expects.get(c.name), ref, ctx.expects.get(REFERENCE))
     if "skipped" in c.verdicts:
         n = m.get("skipped_steps_discarded")

@@ -115,7 +115,7 @@ class Prediction:
         max_memory_allocated), reserved (max_memory_reserved), nvidia-smi (the device's)."""
         return {"allocated": self.peak_mem_gib, "reserved": self.reserved_gib, "nvidia-smi": self.device_gib}[kind]
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return asdict(self)
 
 

@@ -134,11 +134,11 @@ class Machine:
     reserved_ratio: float = RESERVED_RATIO
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Machine:
+    def from_json(cls, d: dict) -> Machine:
         retired = ("matmul_efficiency",)  # one flat GPU GEMM efficiency: now `gemm_best` and its curve
         return cls(**{k: v for k, v in d.items() if k not in retired})
 
@@ -215,18 +215,18 @@ def load_calibration(key: str, host: str | None = None) -> Machine | None:
     path = calibration_path(key, host)
     if not path.exists():
         return None
-    return Machine.from_dict(json.loads(path.read_text()))
+    return Machine.from_json(json.loads(path.read_text()))
 
 
 def save_calibration(m: Machine, key: str) -> Path:
-    return write_json(calibration_path(key), m.to_dict(), indent=1)
+    return write_json(calibration_path(key), m.to_json(), indent=1)
 
 
 def host_calibrations() -> list[Machine]:
     """Every calibration made on this machine."""
     folder = calibration_path("any").parent
     return (
-        [Machine.from_dict(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+        [Machine.from_json(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
     )
 
 

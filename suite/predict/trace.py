@@ -154,11 +154,11 @@ class Trace:
     def flops(self, b: int, phase: str | None = None) -> float:
         return sum(g.count * g.flops_at(b) for g in self.groups if phase in (None, g.phase))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Trace:
+    def from_json(cls, d: dict[str, Any]) -> Trace:
         groups = tuple(
             OpGroup(
                 g["op"],
@@ -268,12 +268,12 @@ def traced(
     path = cache_dir() / f"{key}.json"
     if path.exists():
         try:
-            _memo[key] = Trace.from_dict(json.loads(path.read_text()))
+            _memo[key] = Trace.from_json(json.loads(path.read_text()))
             return _memo[key]
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is traced again
     t = _trace(m, traced_attention, recompute, dtype, key, loss, linear)
-    write_json(path, t.to_dict())
+    write_json(path, t.to_json())
     _memo[key] = t
     return t
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner
-from analysis.figures import Written, caption
+from analysis.figures import Inputs, Written, caption, scored, write_figures
 from analysis.load import Results
 from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
@@ -221,8 +221,6 @@ def write_leaderboard(
     target = Path(out)
     written = None
     if figures is not None:
-        from analysis.figures import Inputs, scored, write_figures
-
         written = write_figures(Inputs(df, str(results.path), predicted, scored(results)), Path(figures))
     html = page(df, results, prices, predicted, figures_payload(written, target.parent))
     target.parent.mkdir(parents=True, exist_ok=True)
