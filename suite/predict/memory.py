@@ -93,7 +93,7 @@ import math
 
 from suite import methods
 from suite.config import Trial
-from suite.predict.peaks import Layout, Term, at_peak, produced
+from suite.predict.peaks import Layout, Term, arrived, at_peak, order
 from suite.predict.trace import Trace
 
 ALLREDUCE_BUCKET = 500_000_000
@@ -242,10 +242,10 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
             Term("accumulated gradients of the partition's parameters, whole", whole, "stage_1_and_2.py:1040-1046")
         )
     own = set(owned)
+    got = arrived(tr, lambda i: tr.param_numels[i] if i in own else 0)  # elements of the rank's own, by k
 
     def engine(k: int) -> list[Term]:
-        got = [i for i in produced(tr, k) if i in own]
-        filled = (w * sum(tr.param_numels[i] for i in got)) if cpu else (whole if got else 0.0)
+        filled = (w * got[max(k, 0)]) if cpu else (whole if got[max(k, 0)] else 0.0)
         return [bucket, Term("this micro-step's gradient partition buffer, as filled", filled, source)]
 
     at_peak(lay, tr, b, engine)
@@ -281,9 +281,10 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     # max_reuse_distance elements do not use it again; forward's parameters are used again in
     # backward, so up to that many stay gathered from forward into backward, each until its
     # module's backward is done (its gradient exists).
+    released = arrived(tr, lambda i: tr.param_numels[i] if tr.param_numels[i] >= threshold else 0)
+
     def engine(k: int) -> list[Term]:
-        done = produced(tr, k)
-        left = sum(x for i, x in enumerate(tr.param_numels) if x >= threshold and i not in done)
+        left = sharded - released[max(k, 0)]
         source = "partitioned_param_coordinator.py:634-664, zero/config.py:245-251 (max_reuse_distance 1e9)"
         return [Term("gathered parameters kept for reuse in backward", w * min(left, REUSE_DISTANCE), source)]
 
@@ -337,17 +338,9 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     gather = "_fsdp_collectives.py (foreach_all_gather, copy-out; the buffer freed at the next unit's)"
     units = [(u, x) for u, x in enumerate(blocks)]
 
-    def finished(done: set[int]) -> tuple[set[int], bool]:
-        """The blocks whose backward is done (every gradient of theirs exists), and the root's."""
-        if not tr.unit_of:
-            return set(), False
-        members: dict[int, list[int]] = {}
-        for i, u in enumerate(tr.unit_of):
-            members.setdefault(u, []).append(i)
-        over = {u for u, ids in members.items() if all(i in done for i in ids)}
-        return over - {-1}, -1 in over
+    progress = _units_done(tr)
 
-    def reducing(done: set[int]) -> list[Term]:
+    def reducing(k: int) -> list[Term]:
         """Without no_sync each unit's unsharded gradients live from their birth to the unit's
         post-backward reduce-scatter (_fsdp_param_group.py post_backward)."""
         if no_sync:
@@ -359,12 +352,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
                 if me.reduce_every_micro_step
                 else []
             )
-        blocks_over, root_over = finished(done)
-        live = sum(
-            tr.param_numels[i]
-            for i in done
-            if not (tr.unit_of[i] in blocks_over or (tr.unit_of[i] == -1 and root_over))
-        )
+        live = progress[max(k, 0)][2]
         return [Term("unsharded gradients of the units not yet reduced", 4 * live, source)]
 
     def more(forward: float) -> list[tuple[float, list[Term]]]:
@@ -377,8 +365,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
         return moments
 
     def engine(k: int) -> list[Term]:
-        done = produced(tr, k)
-        over, root_over = finished(done)  # a unit is resharded when its backward is done
+        over, root_over, _ = progress[max(k, 0)]  # a unit is resharded when its backward is done
         root_left = 0 if root_over else root
         if resharded:
             two = sorted(x for u, x in units if u not in over)[-2:]
@@ -387,7 +374,7 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
         else:
             left = root_left + sum(x for u, x in units if u not in over)
             held = Term("every unit gathered from forward to its backward", w * left, "suite/engines.py")
-        return grads + reducing(done) + [held]
+        return grads + reducing(k) + [held]
 
     at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
     if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
@@ -397,6 +384,29 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
     else:  # a CPU worker's host is its device
         lay.build.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
     return lay
+
+
+def _units_done(tr: Trace) -> list[tuple[frozenset[int], bool, int]]:
+    """For k = 0 up to every gradient, after the first k: the blocks whose backward is done (every
+    gradient of theirs exists), whether the root's is, and the elements of the gradients of the
+    units not yet done. A trace without units (synthetic): none ever done."""
+    if not tr.unit_of:
+        return [(frozenset(), False, 0)] * (len(order(tr)) + 1)
+    left = {u: tr.unit_of.count(u) for u in set(tr.unit_of)}
+    born = dict.fromkeys(left, 0)
+    over: set[int] = set()
+    live = 0
+    states = [(frozenset(), False, 0)]
+    for i in order(tr):
+        u = tr.unit_of[i]
+        left[u] -= 1
+        born[u] += tr.param_numels[i]
+        live += tr.param_numels[i]
+        if left[u] == 0:
+            over.add(u)
+            live -= born[u]
+        states.append((frozenset(over - {-1}), -1 in over, live))
+    return states
 
 
 def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: bool) -> Layout:

@@ -110,7 +110,15 @@ def at_peak(
     lay.backward.extend(terms)
 
 
-def produced(tr: Trace, k: int) -> set[int]:
-    """The parameters whose gradients exist after k of them (none in the forward)."""
-    order = tr.grad_order or tuple(range(len(tr.param_numels)))  # a synthetic trace: module order
-    return set(order[: max(k, 0)])
+def order(tr: Trace) -> tuple[int, ...]:
+    """The parameters in the order their gradients appear (a synthetic trace's: module order)."""
+    return tr.grad_order or tuple(range(len(tr.param_numels)))
+
+
+def arrived(tr: Trace, weight: Callable[[int], float]) -> list[float]:
+    """For k = 0 up to every gradient: the total `weight` of the parameters whose gradients exist
+    after the first k (an engine's `engine(k)` reads index max(k, 0): none in the forward)."""
+    sums = [0.0]
+    for i in order(tr):
+        sums.append(sums[-1] + weight(i))
+    return sums
