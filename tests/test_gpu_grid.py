@@ -261,3 +261,65 @@ def test_a_run_writes_its_rows_boundaries_plan_and_readme_and_exits_by_its_rows(
     readme = (out / "README.md").read_text()
     assert readme.startswith("# The GPU grid on 1 x h200") and "## Out-of-memory boundaries" in readme
     assert "suite-report accuracy results/gpu-grid/2026-12-05-h200/records --publish" in readme
+
+
+class StandIn:
+    """A predictor for scoring the fixture grid: `device_gib`'s memory (its peak 0.3 GiB less), and a
+    step of 6.656 s (0.0065 s per sample) times a factor per engine and 1.3 under recomputation."""
+
+    ENGINE = {"DDP": 1.0, "ZeRO-2": 1.02, "FSDP2 full_shard": 1.05, "ZeRO-3": 1.5}
+
+    def predict(self, t):
+        from types import SimpleNamespace
+
+        from suite.labels import sharding_label
+
+        gib = device_gib(t)
+        step = 0.0065 * 1024 * self.ENGINE[sharding_label(t)] * (1.3 if t.methods.recompute == "full" else 1.0)
+        return SimpleNamespace(
+            peak_mem_gib=gib - 0.3, build_peak_mem_gib=1.4, device_gib=gib, fits=gib <= t.hardware.mem_gib,
+            step_time_s=step, t_micro_s=step / t.gas, t_boundary_s=step / t.gas, t_optimizer_s=0.02,
+            n_params=int(PARAMS[t.model.name]),
+        )  # fmt: skip
+
+    def machine(self, t):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(probe_flops=0.0)
+
+
+def test_a_fixture_grid_is_scored_per_cap_per_engine_and_per_budget_with_each_trials_regime():
+    from analysis import accuracy
+    from analysis.load import read_results
+
+    results = read_results(ROOT / "tests" / "fixtures" / "gpu-grid")
+    recs = accuracy.scorable(results)
+    assert len(recs) == 11 and not results.skipped
+    s = accuracy.summary(accuracy.score(recs, predictor_for=lambda host: StandIn()))
+    # Fit or out-of-memory, per memory: under the 24 GiB cap ZeRO-3 with recomputation at mb 32 was
+    # predicted to fit (16.8 GiB) and ran out of memory; every other call was right.
+    assert s["per_memory"]["24 GiB capped"]["fit_right_pct"] == pytest.approx(100 * 6 / 7)
+    assert s["per_memory"]["140 GiB"]["fit_n"] == 4 and s["per_memory"]["140 GiB"]["fit_right_pct"] == 100.0
+    assert s["fit_n"] == 11 and s["fit_right_pct"] == pytest.approx(100 * 10 / 11)
+    # Memory: |predicted - measured| / measured of the 7 that ran, e.g. DDP mb 8: 16.5 against 16.9 GiB.
+    mem = s["per_memory"]["24 GiB capped"]["peak_mem_err_pct"]
+    assert mem["n"] == 4 and mem["max"] == pytest.approx(100 * (10.6 - (2.384 + 7.2 - 0.3)) / 10.6, abs=0.1)
+    assert s["peak_mem_err_pct"]["n"] == 7 and s["peak_mem_err_pct"]["median"] == pytest.approx(2.4, abs=0.1)
+    # Step time per engine: DDP 6.656 s against 7.10 and 6.30 (6.3% and 5.7%).
+    ddp = s["per_engine"]["DDP"]["step_time_err_pct"]
+    assert ddp["n"] == 2 and ddp["median"] == pytest.approx((100 * 0.444 / 7.1 + 100 * 0.356 / 6.3) / 2, abs=0.05)
+    assert set(s["per_engine"]) == {"DDP", "ZeRO-2", "ZeRO-3", "FSDP2 full_shard"}
+    assert s["per_engine"]["ZeRO-3"]["step_time_err_pct"]["p90"] > 20  # 12.98 s against 9.80 at the H200's own
+    # Rank correlation per budget: the cap is a budget of its own; FSDP2 and ZeRO-2 swapped under it.
+    rho = {sp["budget"]: sp["spearman"] for sp in s["spearman"]}
+    assert rho == {"h200-x1 capped at 24 GiB": pytest.approx(0.8), "h200-x1": pytest.approx(1.0)}
+    # Each trial's regime, which per-regime labels group by.
+    t = next(t for t in s["trials"] if t["outcome"] == "oom" and t["sharding"] == "ZeRO-3")
+    assert t["gpu"] == "NVIDIA H200" and t["gpus"] == 1 and t["engine"] == "deepspeed" and t["zero_stage"] == 3
+    assert t["offload"] == "none" and t["model_params"] == 160_000_000 and t["memory_gib"] == 24 and t["capped"]
+    assert t["pred_fits"] and t["fit_right"] is False and t["step_time_err_pct"] is None
+    fsdp = next(t for t in s["trials"] if t["engine"] == "fsdp2" and not t["capped"])
+    assert fsdp["zero_stage"] is None and fsdp["model_params"] == 162322944 and fsdp["memory_gib"] == 140
+    import json
+
+    json.dumps(s, allow_nan=False)  # what --publish writes: plain JSON
