@@ -280,14 +280,15 @@ def as_text(s: dict[str, Any], kind: str) -> str:
     return "\n".join(lines)
 
 
-def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[str, dict]:
-    """Score every record under `path`; write `out`/accuracy.json; with `publish`, the summary
-    per device kind under results/accuracy/ (what `suite-predict` shows with each figure)."""
+def run(path: Path, out: Path, publish: bool = False, note: str = "", predictor_for=None) -> dict[str, dict]:
+    """Score every record under `path` (`score`, with `predictor_for` if given); write
+    `out`/accuracy.json; with `publish`, the summary per device kind under results/accuracy/ (what
+    `suite-predict` shows with each figure)."""
     results = read_results(path)
     recs = scorable(results)
     if not recs:
         raise ReportError(f"no ok or oom trial records under {path}")
-    df = score(recs)
+    df = score(recs, predictor_for)
     result: dict[str, dict] = {}
     for kind, g in df.groupby("device"):
         s = summary(g)

@@ -323,3 +323,25 @@ def test_a_fixture_grid_is_scored_per_cap_per_engine_and_per_budget_with_each_tr
     import json
 
     json.dumps(s, allow_nan=False)  # what --publish writes: plain JSON
+
+
+def test_the_fixture_grids_accuracy_is_published_as_cuda_json(tmp_path, monkeypatch, capsys):
+    """What `suite-report accuracy RECORDS --publish` does after a grid, on the made-up grid: the
+    summary per device kind, written to results/accuracy/cuda.json (here a folder of the test's)."""
+    import json
+
+    from analysis import accuracy
+    from suite import paths
+
+    monkeypatch.setattr(paths, "publish_dir", lambda: tmp_path / "published")
+    fixture = ROOT / "tests" / "fixtures" / "gpu-grid"
+    result = accuracy.run(fixture, tmp_path / "out", publish=True, predictor_for=lambda host: StandIn())
+    published = json.loads((tmp_path / "published" / "cuda.json").read_text())
+    assert set(result) == {"cuda"} and published == json.loads(json.dumps(result["cuda"]))
+    assert published["n_records"] == 11 and published["source"] == f"suite-report accuracy {fixture}"
+    assert published["fit_right_pct"] == pytest.approx(100 * 10 / 11)
+    assert published["per_memory"]["24 GiB capped"]["fit_n"] == 7
+    assert {"median", "p90"} <= set(published["per_engine"]["FSDP2 full_shard"]["step_time_err_pct"])
+    assert len(published["spearman"]) == 2 and len(published["trials"]) == 11
+    out = capsys.readouterr().out
+    assert "within 24 GiB capped: fit/oom right 85.7% of 7" in out and "published " in out
