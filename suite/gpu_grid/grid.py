@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from suite import detect
 from suite.gpu_check import environment
 from suite.gpu_check.check import NO_GPU, UNUSABLE, environment_rows, run_within
 from suite.gpu_check.plan import OPS, OPS_BUILD_S, OPS_TIMEOUT_S, STARTUP_S, Budget, Check, op_needed
 from suite.gpu_check.verdicts import Row, exit_code, table, write
 from suite.gpu_grid.plan import BUDGET_S, PLAN_S, Item, Plan, describe
-from suite.record import Record
+from suite.record import Record, provenance
 
 SWEEP = "gpu-grid"
 
@@ -244,8 +245,6 @@ def _item_mb(plan: Plan, name: str, admitted: list[Item]) -> tuple[Item, int]:
 
 def versions() -> dict[str, Any]:
     """What the grid ran with: Python, packages, CUDA, driver, devices (suite.record's provenance)."""
-    from suite.record import provenance
-
     p = provenance("cuda")
     keep = ("python", "versions", "cuda", "driver", "devices", "git_revision", "git_dirty", "hostname", "cpu_count")
     return {k: p.get(k) for k in keep}
@@ -288,8 +287,6 @@ def readme(out: Path, plan: Plan, rows: list[Row], doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from suite import detect
-
     p = argparse.ArgumentParser(prog="python -m suite.gpu_grid", description=__doc__)
     p.add_argument("out", nargs="?", help="where records, table.txt, grid.json and README.md go")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated seconds; run nothing")

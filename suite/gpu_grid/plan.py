@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.config import Trial
+from suite.config import Trial, compose
+from suite.detect import gpu_mem_gib
 from suite.gpu_check.plan import OPS_BUILD_S, STARTUP_S, TRIAL_START_S, Check, Slot, timeline, trial_of
 from suite.labels import memory_methods_label
+from suite.predict import Predictor
 
 BUDGET_S = 480.0  # of a 15-minute device session: the machine's start (minutes), the grid, packing, a margin
 PLAN_S = 30.0  # tracing 3 models at 3 recomputations and predicting every ladder, beside the op build (estimate)
@@ -105,8 +107,6 @@ class Forecast:
 
 def forecast_all(trials: dict[str, Trial]) -> dict[str, Forecast]:
     """Each trial's Forecast, by its key in `trials`, with one predictor."""
-    from suite.predict import Predictor
-
     pred = Predictor()
     out = {}
     for key, t in trials.items():
@@ -128,11 +128,9 @@ def forecasts(trials: dict[str, Trial]) -> dict[str, Forecast]:
 
 def base_trial(model: str, gpu: str, count: int, cap_gib: float | None) -> Trial:
     """The model's recipe on `count` GPUs of type `gpu`, capped at `cap_gib` (None: their own memory)."""
-    from suite.config.compose import trial
-
     over = [f"model={model}", f"hardware={gpu}", f"hardware.count={count}", f"methods.precision={PRECISION}"]
     over += [f"measure.{k}={v}" for k, v in MEASURE.items()] + ["measure.rerun=true"]
-    return trial(over + ([f"hardware.mem_gib={cap_gib:g}"] if cap_gib else []))
+    return compose.trial(over + ([f"hardware.mem_gib={cap_gib:g}"] if cap_gib else []))
 
 
 def estimate_s(t: Trial, f: Forecast) -> float:
@@ -163,8 +161,6 @@ class Plan:
     @classmethod
     def make(cls, gpu: str, count: int, predict=forecasts) -> Plan:
         """The plan's trials composed here and predicted by `predict` (a process of its own)."""
-        from suite.detect import gpu_mem_gib
-
         all_items = items()
         bases = {cell: base_trial(cell[0], gpu, count, cell[1]) for cell in dict.fromkeys(i.cell for i in all_items)}
         plan = cls(gpu, count, gpu_mem_gib(next(iter(bases.values())).hardware), all_items, bases)
