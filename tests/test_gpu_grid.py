@@ -228,7 +228,8 @@ def test_the_environment_finding_rows_are_the_checks(tmp_path):
 def test_a_run_writes_its_rows_boundaries_plan_and_readme_and_exits_by_its_rows(tmp_path, monkeypatch, grid_plan):
     import json
 
-    from suite import detect, runner
+    from suite import detect
+    from suite.gpu_check import check
 
     clock = Clock()
     monkeypatch.setattr(detect, "diagnose", lambda: (0, "h200-x1"))
@@ -244,7 +245,7 @@ def test_a_run_writes_its_rows_boundaries_plan_and_readme_and_exits_by_its_rows(
         store.save(store_dir, rec)
         return Ran(rec, 1)
 
-    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(check, "run_one", run_one)  # what run_within runs where the grid gives none
     out = tmp_path / "2026-12-05-h200"
     with pytest.raises(SystemExit) as exit_:
         grid.main([str(out)])
