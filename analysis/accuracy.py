@@ -22,13 +22,19 @@ machine's if that one is not here). Per record:
                          assumption (time inversely proportional to the probe's speed) shown
                          beside the plain error, never instead of it
 
+and the trial's regime, which per-regime error labels group by: `gpu` (device name), `gpus`,
+`engine`, `zero_stage`, `sharding`, `offload`, `recompute`, `model_params`, `memory_gib` (what
+it had to fit in) and `capped` (a GPU's memory cap, `suite.detect.memory_cap_gib`);
+
 and per (model, budget) with three or more ok records, the Spearman rank correlation of
 predicted and measured step times; where every one of those records holds two or more runs,
 also that of its first run's step times against its second's (`repeat_spearman`): how well
 the measurement ranks the configurations against itself, the most a prediction scored against
 one run can expect (results/benchmarks/README.md gives it for the CPU benchmark).
-The summary gives median, p90 and max of |error| per quantity, overall and per method
-(engine, ZeRO stage, offload). Records whose hardware
+The summary gives median, p90 and max of |error| per quantity, overall, per method (engine, ZeRO
+stage, offload) and per engine (`per_engine`: its sharding label); fit/OOM called right and the
+memory error per memory a trial had (`per_memory`: "24 GiB capped", "140 GiB"); and each record's
+regime and errors (`trials`), which the published summary carries. Records whose hardware
 has no constants here (a CPU never calibrated) are listed as not predicted, with the reason.
 """
 
@@ -45,6 +51,7 @@ from analysis import ReportError
 from analysis.load import Results, read_results
 from suite import paths
 from suite.config import Trial
+from suite.detect import memory_cap_gib
 from suite.files import write_json
 from suite.labels import budget_label, sharding_label
 from suite.predict import Predictor
@@ -107,6 +114,7 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
             "micro_batch": t.methods.micro_batch,
             "outcome": rec.outcome,
             "note": "",
+            **regime(t, (rec.metrics or {}).get("n_params")),
         }
         try:
             p = pred.predict(t)
@@ -114,6 +122,7 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
             row["note"] = f"not predicted: {e}"
             rows.append(row)
             continue
+        row["model_params"] = row["model_params"] or p.n_params or None
         timed_only = "build_peak_mem_gib" in rec.metrics
         row["pred_peak_mem_gib"] = p.peak_mem_gib if timed_only else max(p.peak_mem_gib, p.build_peak_mem_gib)
         row["pred_build_peak_gib"] = p.build_peak_mem_gib
@@ -137,6 +146,43 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
             row["fit_right"] = p.fits == rec.ok
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def regime(t: Trial, n_params: int | None) -> dict[str, Any]:
+    """What a trial's error depends on, as per-regime labels group it (GPU class, engine, GPU count,
+    model size): its device, engine and sharding, offload and recomputation, parameters, memory."""
+    cap = memory_cap_gib(t.hardware)
+    return {
+        "gpu": t.hardware.gpu or t.hardware.device,
+        "gpus": t.devices,
+        "engine": t.methods.engine,
+        "zero_stage": t.methods.zero_stage if t.methods.engine == "deepspeed" else None,
+        "sharding": sharding_label(t),
+        "offload": t.methods.offload,
+        "model_params": n_params,
+        "memory_gib": t.hardware.mem_gib or None,
+        "capped": cap is not None,
+    }
+
+
+TRIAL_FIELDS = (
+    *("trial_id", "model", "budget", "gpu", "gpus", "engine", "zero_stage", "sharding", "offload", "recompute"),
+    *("micro_batch", "model_params", "memory_gib", "capped", "outcome", "pred_fits", "fit_right"),
+    *("peak_mem_err_pct", "step_time_err_pct"),
+)
+"""What the published summary carries of each record (`trials`): its regime and its errors."""
+
+
+def memory_label(memory_gib: float | None, capped: bool) -> str:
+    """A memory a trial had to fit in: "24 GiB capped", "140 GiB", or "no budget"."""
+    if not memory_gib or memory_gib != memory_gib:  # None or NaN: a CPU worker without a budget
+        return "no budget"
+    return f"{memory_gib:g} GiB" + (" capped" if capped else "")
+
+
+def _fit(df: pd.DataFrame) -> dict[str, Any]:
+    fits = df["fit_right"].dropna() if "fit_right" in df else pd.Series(dtype=object)
+    return {"fit_right_pct": float(100 * fits.astype(bool).mean()) if len(fits) else None, "fit_n": int(len(fits))}
 
 
 def _stats(values: pd.Series) -> dict[str, float]:
@@ -172,14 +218,21 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         if q in df:
             out[q] = _stats(df[q])
     if "fit_right" in df:
-        fits = df["fit_right"].dropna()
-        out["fit_right_pct"] = float(100 * fits.astype(bool).mean()) if len(fits) else None
-        out["fit_n"] = int(len(fits))
+        out.update(_fit(df))
     out["per_method"] = {method: {q: _stats(g[q]) for q in QUANTITIES if q in g} for method, g in df.groupby("method")}
+    errors = [q for q in ("step_time_err_pct", "peak_mem_err_pct") if q in df]
+    out["per_engine"] = {engine: {q: _stats(g[q]) for q in errors} for engine, g in df.groupby("sharding")}
+    memory = [memory_label(gib, capped) for gib, capped in zip(df["memory_gib"], df["capped"], strict=True)]
+    out["per_memory"] = {
+        label: {**_fit(g), **{q: _stats(g[q]) for q in errors if q == "peak_mem_err_pct"}}
+        for label, g in df.groupby(memory)
+    }
     out["spearman"] = spearman(df)
     rhos = [s["spearman"] for s in out["spearman"] if not math.isnan(s["spearman"])]
     out["spearman_min"] = min(rhos) if rhos else None
     out["not_predicted"] = [f"{r.trial_id}: {r.note}" for r in df.itertuples() if r.note]
+    kept = df.reindex(columns=list(TRIAL_FIELDS)).astype(object)
+    out["trials"] = kept.where(kept.notna(), None).to_dict("records")  # NaN is not JSON
     return out
 
 
@@ -212,6 +265,10 @@ def as_text(s: dict[str, Any], kind: str) -> str:
         lines.append(
             f"  {method}: memory {fmt(qs.get('peak_mem_err_pct', {}))}; step {fmt(qs.get('step_time_err_pct', {}))}"
         )
+    for memory, m in s["per_memory"].items():
+        if m["fit_n"]:
+            right = f"fit/oom right {m['fit_right_pct']:.1f}% of {m['fit_n']}"
+            lines.append(f"  within {memory}: {right}; memory {fmt(m.get('peak_mem_err_pct', {}))}")
     for sp in s["spearman"]:
         repeat = sp.get("repeat_spearman")
         against = f"; first run against second: {repeat:.2f}" if repeat is not None else ""
@@ -223,14 +280,15 @@ def as_text(s: dict[str, Any], kind: str) -> str:
     return "\n".join(lines)
 
 
-def run(path: Path, out: Path, publish: bool = False, note: str = "") -> dict[str, dict]:
-    """Score every record under `path`; write `out`/accuracy.json; with `publish`, the summary
-    per device kind under results/accuracy/ (what `suite-predict` shows with each figure)."""
+def run(path: Path, out: Path, publish: bool = False, note: str = "", predictor_for=None) -> dict[str, dict]:
+    """Score every record under `path` (`score`, with `predictor_for` if given); write
+    `out`/accuracy.json; with `publish`, the summary per device kind under results/accuracy/ (what
+    `suite-predict` shows with each figure)."""
     results = read_results(path)
     recs = scorable(results)
     if not recs:
         raise ReportError(f"no ok or oom trial records under {path}")
-    df = score(recs)
+    df = score(recs, predictor_for)
     result: dict[str, dict] = {}
     for kind, g in df.groupby("device"):
         s = summary(g)

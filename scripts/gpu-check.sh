@@ -21,51 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GPU_CHECK_START=$(date +%s)
-if [ -z "${PYTHON:-}" ]; then
-  PYTHON=python3
-  [ -x .venv/bin/python ] && PYTHON=.venv/bin/python
-fi
-dry=0
-[ "${1:-}" = "--dry-run" ] && dry=1
-if [ "$dry" = 0 ] && ! "$PYTHON" -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-  echo "gpu-check: no CUDA GPU usable by $PYTHON (torch.cuda.is_available() is not True): nothing to check" >&2
-  exit 3
-fi
-# Each listed distribution that is absent here or at another version: "name==version absent|other".
-wanted=$("$PYTHON" - <<'PY'
-import importlib.metadata as md
-for line in open("scripts/gpu-wheels.txt"):
-    req = line.split("#")[0].strip()
-    if req:
-        name, version = req.split("==")
-        try:
-            have = md.version(name)
-        except md.PackageNotFoundError:
-            print(req, "absent")
-            continue
-        if have != version:
-            print(req, "other")
-PY
-)
-if [ -n "$wanted" ]; then
-  if ! ls .whl/*.whl >/dev/null 2>&1; then
-    absent=$(echo "$wanted" | awk '$2 == "absent" {print $1}' | tr '\n' ' ')
-    if [ -n "$absent" ]; then
-      echo "gpu-check: missing $absent and no .whl/ to install them from: run scripts/gpu-wheels.sh" >&2
-      echo "  where pip reaches a registry and carry .whl/ along (or pip install -e . here)" >&2
-      exit 2
-    fi
-  else
-    site=${GPU_CHECK_SITE:-/tmp/gpu-check-site}
-    names=$(echo "$wanted" | awk '{print $1}' | tr '\n' ' ')
-    echo "gpu-check: installing $names from .whl/ into $site"
-    # shellcheck disable=SC2086
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --find-links .whl --target "$site" $names
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  fi
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=disabled
-export DS_ACCELERATOR=cuda
-[ "$dry" = 1 ] && exec "$PYTHON" -m suite.gpu_check --dry-run
+NAME=gpu-check VERB=check DRY=0
+[ "${1:-}" = "--dry-run" ] && DRY=1
+. scripts/gpu-env.sh  # the Python, exit 3 without a GPU, packages from .whl/ (exit 2), PYTHONPATH
+[ "$DRY" = 1 ] && exec "$PYTHON" -m suite.gpu_check --dry-run
 exec "$PYTHON" -m suite.gpu_check "${1:-results/gpu-check/$(date -u +%Y%m%d-%H%M%S)}"

@@ -8,6 +8,11 @@ it) and its memory: `gpu` and `mem_gib` of conf/hardware/<gpu>.yaml, plus ALIASE
 names one model goes by. Names are never matched by substring: an H100 NVL is not an H100 SXM,
 a V100-PCIE-16GB not a V100-SXM2-32GB, and a GPU without a profile is reported as such rather
 than given the nearest one (a wrong profile gives a wrong MFU).
+
+A GPU trial's `hardware.mem_gib` below its GPU's memory (the profile's) is a cap (`memory_cap_gib`):
+every rank's caching allocator may hold that much (`suite.worker.device_of`), so one large GPU
+stands in for a smaller card, e.g. `hardware=h200 hardware.mem_gib=24` for a 24 GB one. What the
+cap leaves out, the CUDA context and NCCL's buffers, is counted as `suite.predict` counts it.
 """
 
 from __future__ import annotations
@@ -128,6 +133,21 @@ def diagnose() -> tuple[int, str]:
     return 0, found
 
 
+def gpu_mem_gib(hw: Any) -> float | None:
+    """The memory of the hardware's GPU type, its conf/hardware profile's; None for a CPU or a GPU
+    no profile names (a profile of the user's own)."""
+    if hw.device != "cuda":
+        return None
+    profile = profile_named(hw.gpu)
+    return gpu_profiles()[profile][1] if profile else None
+
+
+def memory_cap_gib(hw: Any) -> float | None:
+    """`hardware.mem_gib` where it caps a GPU's memory (above 0, below the GPU's `gpu_mem_gib`), else None."""
+    full = gpu_mem_gib(hw)
+    return float(hw.mem_gib) if full and 0 < hw.mem_gib < full else None
+
+
 def mismatch(t: Any, devices: list[tuple[str, float | None]]) -> dict[str, Any] | None:
     """After a CUDA trial: None when every device it ran on is the GPU of its profile; else the
     first device that is not, the profile that fits it (`detected`, None when none does) and
@@ -136,13 +156,14 @@ def mismatch(t: Any, devices: list[tuple[str, float | None]]) -> dict[str, Any] 
     `devices`: (name, memory in GiB) per rank; memory None where it is not known (another node).
     """
     hw = t.hardware
-    expected = profile_of(hw.gpu, hw.mem_gib)
+    mem_gib = hw.mem_gib if memory_cap_gib(hw) is None else gpu_mem_gib(hw)  # a cap: the GPU is still its own
+    expected = profile_of(hw.gpu, mem_gib)
     for name, gib in devices:
         got = profile_named(name) if gib is None else profile_of(name, gib)
         if expected is not None:
             fits = got == expected
         else:  # a profile of the user's own, not in conf/hardware/: its name and memory must still fit
-            fits = normalize(name) == normalize(hw.gpu) and (gib is None or abs(gib / hw.mem_gib - 1) <= MEM_TOLERANCE)
+            fits = normalize(name) == normalize(hw.gpu) and (gib is None or abs(gib / mem_gib - 1) <= MEM_TOLERANCE)
         if not fits:
             return {
                 "device_name": name,

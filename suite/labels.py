@@ -2,9 +2,9 @@
 
 One sharding label per engine mode (`SHARDINGS`, least sharded first), and the labels built
 from it: the memory methods (`memory_methods_label`: "ZeRO-1 recompute"), a configuration
-(`config_label`: "ZeRO-1 recompute mb 8x2 sdpa fp32"), a recipe
-(`recipe_label`), a budget (`budget_label`) and the one line a trial is announced with
-(`describe`). The leaderboard page gets `SHARDINGS` and `ENGINES` in its data, not a copy.
+(`config_label`: "ZeRO-1 recompute mb 8x2 sdpa fp32"), a recipe (`recipe_label`), the hardware
+with its memory cap (`hardware_label`), a budget (`budget_label`) and the one line a trial is
+announced with (`describe`). The leaderboard page gets `SHARDINGS` and `ENGINES` in its data, not a copy.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.config.schema import Trial
+from suite.detect import memory_cap_gib
 from suite.methods import reshards_after_forward
 from suite.models.arch import attention
 
@@ -87,9 +88,16 @@ def recipe_label(t: Trial) -> str:
     return f"batch {r.global_batch} {sample}, {r.train_steps:,} steps, {r.precision}"
 
 
+def hardware_label(t: Trial) -> str:
+    """The hardware profile, and its memory cap where it has one (`suite.detect.memory_cap_gib`):
+    "h200-x1 capped at 24 GiB" is one H200 standing in for a 24 GiB card, a budget of its own."""
+    cap = memory_cap_gib(t.hardware)
+    return t.hardware.name if cap is None else f"{t.hardware.name} capped at {cap:g} GiB"
+
+
 def budget_label(t: Trial) -> str:
-    """A budget: the hardware profile, on more than one node where it spans several."""
-    return t.hardware.name if t.nodes == 1 else f"{t.hardware.name} x {t.nodes} nodes"
+    """A budget: the hardware profile with its cap, on more than one node where it spans several."""
+    return hardware_label(t) if t.nodes == 1 else f"{hardware_label(t)} x {t.nodes} nodes"
 
 
 def describe(t: Trial) -> str:
@@ -99,7 +107,7 @@ def describe(t: Trial) -> str:
     if me.precision == "recipe" and t.precision != r.precision:
         precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {t.precision})"
     return (
-        f"{t.model.name} {t.hardware.name} {sharding_label(t)}"
+        f"{t.model.name} {hardware_label(t)} {sharding_label(t)}"
         f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={attention(t)}"
         f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"

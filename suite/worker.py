@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from suite import metrics
 from suite.config import Trial
+from suite.detect import memory_cap_gib
 from suite.files import write_json
 
 EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
@@ -157,15 +158,37 @@ class Timings:
 
 
 def device_of(t: Trial, local_rank: int):
-    """This rank's device and its synchronize (a no-op on a CPU, whose kernels run synchronously)."""
+    """This rank's device, its synchronize (a no-op on a CPU, whose kernels run synchronously) and
+    the trial's memory cap, applied before anything is allocated on the device (`cap_memory`)."""
     import torch
 
     if t.hardware.device != "cuda":
-        return torch.device("cpu"), lambda: None
+        return torch.device("cpu"), lambda: None, None
     torch.cuda.set_device(local_rank)
+    cap = cap_memory(t, local_rank)
     torch.backends.cuda.matmul.allow_tf32 = t.tf32
     torch.backends.cudnn.allow_tf32 = t.tf32
-    return torch.device("cuda", local_rank), torch.cuda.synchronize
+    return torch.device("cuda", local_rank), torch.cuda.synchronize, cap
+
+
+def cap_memory(t: Trial, local_rank: int) -> dict | None:
+    """Hold this rank's caching allocator to the trial's memory cap (`suite.detect.memory_cap_gib`:
+    hardware.mem_gib below its GPU's memory), so that one large GPU stands in for a smaller card;
+    what the cap was, and of which device, for the record (None: no cap). The allocator raises
+    out-of-memory where its reserved memory would pass the cap; the CUDA context and NCCL's buffers
+    are outside it (the predictor counts them so, `suite.predict`)."""
+    import torch
+
+    cap = memory_cap_gib(t.hardware)
+    if cap is None:
+        return None
+    total = torch.cuda.get_device_properties(local_rank).total_memory
+    fraction = cap * 2**30 / total
+    if fraction > 1:  # refused before launch (suite.config.validate.cap_above_devices); a device changed since
+        raise ValueError(f"hardware.mem_gib={cap:g} is above this GPU's {total / 2**30:.2f} GiB: a cap adds none")
+    torch.cuda.set_per_process_memory_fraction(fraction, local_rank)
+    name = torch.cuda.get_device_name(local_rank)
+    return {"cap_gib": cap, "device_name": name, "device_total_gib": total / 2**30, "fraction": fraction}
 
 
 def timed_window(t: Trial, eng, pool: list, device, sync, rank: int, w: Window) -> Timings:
@@ -265,7 +288,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     from suite.models.kernels import kernel_path
 
     cuda = t.hardware.device == "cuda"
-    device, sync = device_of(t, local_rank)
+    device, sync, cap = device_of(t, local_rank)
     me, gas = t.methods, t.gas_measured
     eng = engines.make(t, device, gas)
     flops, n_params = count_flops(t.model, me.attention, "none")
@@ -299,6 +322,7 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
     out.update(metrics.memory(per_rank, cuda))
     out.update(
         eng.record(),
+        memory_cap=cap,
         n_params=n_params,
         memory_per_rank=per_rank,
         first_loss=tm.first_loss,
@@ -382,6 +406,8 @@ def main() -> None:
     except BaseException as e:  # noqa: BLE001 - every failure becomes a recorded outcome
         outcome = classify(e)
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        if outcome == "oom" and memory_cap_gib(t.hardware) is not None:
+            msg += f" [under a cap of {memory_cap_gib(t.hardware):g} GiB on {t.hardware.gpu}: hardware.mem_gib]"
         write_json(
             os.path.join(out_dir, f"error-rank{rank}.json"),
             {"outcome": outcome, "message": msg, "traceback": traceback.format_exc()[-4000:]},

@@ -2,7 +2,8 @@
 architecture (read from transformers without building the model), and what this machine lacks.
 
     problems(t)      # [] for a valid trial; each problem names the field, the value and what is allowed
-    unsupported(t)   # why this machine cannot run a valid trial (no such GPU, no flash-attn), or None
+    unsupported(t)   # why this machine cannot run a valid trial (no such GPU, no flash-attn, a memory
+                     # cap above its GPUs' memory), or None
 
 A single run with problems exits 2 listing them; in a sweep the trial is recorded `invalid`.
 """
@@ -31,6 +32,7 @@ from suite.config.schema import (
     MethodsConfig,
     Trial,
 )
+from suite.detect import gpu_mem_gib, local_gpus, memory_cap_gib
 from suite.models.arch import arch, attention
 from suite.models.config import SUITE_FIELDS, ModelError, config_class, fields, hf_config, int_field
 
@@ -221,6 +223,12 @@ def problems(t: Trial) -> list[str]:
         p.append(f"hardware.count={hw.count} is not a GPU count of one node; choose one of {GPU_COUNTS}")
     _positive(p, "cluster.nodes", t.nodes)
     _not_negative(p, "hardware.mem_gib", hw.mem_gib)
+    full = gpu_mem_gib(hw)
+    if full and hw.mem_gib > full:
+        p.append(
+            f"hardware.mem_gib={hw.mem_gib:g} is above the {full:g} GiB of {hw.gpu}: on a GPU it caps the "
+            f"device's memory and cannot add to it; set at most {full:g}"
+        )
     for k, v in hw.peak_tflops.items():
         _positive(p, f"hardware.peak_tflops.{k}", v)
 
@@ -318,7 +326,7 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
         why = flash_attn_problem()
         if why:
             return why
-    return absent_devices(t)
+    return absent_devices(t) or cap_above_devices(t)
 
 
 def absent_devices(t: Trial) -> str | None:
@@ -330,4 +338,19 @@ def absent_devices(t: Trial) -> str | None:
     have = torch.cuda.device_count()
     if have < t.hardware.count:
         return f"{t.hardware.name} needs {t.hardware.count} CUDA GPU(s); this machine has {have}"
+    return None
+
+
+def cap_above_devices(t: Trial) -> str | None:
+    """Why a memory cap (`suite.detect.memory_cap_gib`) cannot hold on this machine's GPUs: a cap
+    above a device's own memory would be no cap at all (torch refuses a fraction above 1), or None."""
+    cap = memory_cap_gib(t.hardware)
+    if cap is None:
+        return None
+    for i, (name, gib) in enumerate(local_gpus()[: t.hardware.count]):
+        if cap > gib:
+            return (
+                f"hardware.mem_gib={cap:g} caps each GPU's memory, but GPU {i} ({name}) has {gib:.2f} GiB: "
+                f"a cap can only lower it; set at most {gib:.2f}"
+            )
     return None

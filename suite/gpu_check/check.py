@@ -142,24 +142,35 @@ class Session:
 
     def run_check(self, c: Check, t: Trial, others: list[Check]) -> None:
         """Run one check if the budget admits it; a trial the budget cuts is not run, not failed."""
+        rec, t, row = run_within(self.budget, c, t, others, self.store, "gpu-check", self.run_one)
+        if row is not None:
+            self.rows[c.name] = row
+        else:
+            self.records[c.name], self.trials[c.name] = rec, t
 
-        cost, room = self.budget.cost(c), self.budget.room(c, others)
-        if cost > room:
-            why = f"needs ~{cost:.0f} s; {max(room, 0):.0f} s are left once the checks ranked above it have theirs"
-            self.rows[c.name] = Row(c.name, "not run", verdicts={"budget": f"not run: {why}"})
-            print(f"[    not run] {c.name}: {why}", flush=True)
-            return
-        t = dataclasses.replace(t, measure=dataclasses.replace(t.measure, timeout_s=min(c.timeout_s, room)))
-        ran = (self.run_one or run_one)(t, self.store, "gpu-check", in_sweep=True)
-        rec = ran.record
-        self.budget.ran(c, rec.wall_s)
-        print(summary_line(ran, t), flush=True)
-        if rec.outcome == "timeout" and t.measure.timeout_s < c.timeout_s:
-            store.path_for(self.store, rec.trial_id).unlink(missing_ok=True)  # not a measurement of the trial
-            why = f"cut by the budget after {t.measure.timeout_s:.0f} s (its own timeout: {c.timeout_s:.0f} s)"
-            self.rows[c.name] = Row(c.name, "not run", {"wall_s": rec.wall_s}, {"budget": f"not run: {why}"})
-            return
-        self.records[c.name], self.trials[c.name] = rec, t
+
+def run_within(
+    budget: Budget, c: Check, t: Trial, others: list[Check], store_dir: str, sweep: str, run: Callable | None = None
+) -> tuple[Record | None, Trial, Row | None]:
+    """Run one trial if the budget admits it (`others`: the trials still pending, of which those ranked
+    above it keep their time), with its timeout cut to the room left: its record and the trial as run;
+    or a NOT RUN row, for a trial the budget left out or cut (whose record is removed: it measured
+    nothing). `run` is suite.runner.run_one, or a test's own."""
+    cost, room = budget.cost(c), budget.room(c, others)
+    if cost > room:
+        why = f"needs ~{cost:.0f} s; {max(room, 0):.0f} s are left once the trials ranked above it have theirs"
+        print(f"[    not run] {c.name}: {why}", flush=True)
+        return None, t, Row(c.name, "not run", verdicts={"budget": f"not run: {why}"})
+    t = dataclasses.replace(t, measure=dataclasses.replace(t.measure, timeout_s=min(c.timeout_s, room)))
+    ran = (run or run_one)(t, store_dir, sweep, in_sweep=True)
+    rec = ran.record
+    budget.ran(c, rec.wall_s)
+    print(summary_line(ran, t), flush=True)
+    if rec.outcome == "timeout" and t.measure.timeout_s < c.timeout_s:
+        store.path_for(store_dir, rec.trial_id).unlink(missing_ok=True)  # not a measurement of the trial
+        why = f"cut by the budget after {t.measure.timeout_s:.0f} s (its own timeout: {c.timeout_s:.0f} s)"
+        return None, t, Row(c.name, "not run", {"wall_s": rec.wall_s}, {"budget": f"not run: {why}"})
+    return rec, t, None
 
 
 def launcher_row() -> Row:

@@ -161,10 +161,10 @@ class Slot:
     beside_build: bool
 
 
-def timeline(checks: list[tuple[Check, Trial]], build_s: float) -> tuple[list[Slot], float]:
-    """The checks in the order they would run if each took its estimate and DeepSpeed's ops took
-    `build_s` (from STARTUP_S); and when the last one would end."""
-    now, built_at = STARTUP_S, STARTUP_S + build_s if any(op_needed(t) for _, t in checks) else STARTUP_S
+def timeline(checks: list[tuple[Check, Trial]], build_s: float, start_s: float = STARTUP_S) -> tuple[list[Slot], float]:
+    """The checks in the order they would run from `start_s` if each took its estimate and DeepSpeed's
+    ops took `build_s` (from STARTUP_S); and when the last one would end."""
+    now, built_at = start_s, STARTUP_S + build_s if any(op_needed(t) for _, t in checks) else start_s
     pending, slots = list(checks), []
     while pending:
         found = next_check(pending, building=now < built_at)

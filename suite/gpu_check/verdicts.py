@@ -342,12 +342,13 @@ def launcher_verdict(
     return "skipped: NVML does not list our processes by their pids (a container's own pid namespace)", seen
 
 
-def table(rows: list[Row]) -> str:
-    """The verdict table: one line per check, its figures, its status and why."""
-    head = "  ".join(f"{name:<{w}}" for name, w, _ in COLUMNS) + "  why"
+def table(rows: list[Row], columns: list | None = None) -> str:
+    """The verdict table: one line per check, its figures (`columns`, default COLUMNS), its status and why."""
+    columns = columns or COLUMNS
+    head = "  ".join(f"{name:<{w}}" for name, w, _ in columns) + "  why"
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = "  ".join(f"{get(r):<{w}}"[:w] for _, w, get in COLUMNS)
+        cells = "  ".join(f"{get(r):<{w}}"[:w] for _, w, get in columns)
         lines.append(f"{cells}  {why(r)}".rstrip())
     counts = {s: sum(r.status == s for r in rows) for s in ("PASS", "FAIL", "SKIPPED", "NOT RUN")}
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} checks")
@@ -391,12 +392,12 @@ def exit_code(rows: list[Row]) -> int:
     return 1 if "FAIL" in statuses else 4 if "NOT RUN" in statuses else 0
 
 
-def write(out: Path, rows: list[Row], extra: dict[str, Any]) -> str:
-    """The table (printed and OUT/table.txt) and OUT/verdicts.json (the rows and `extra`)."""
-    text = table(rows)
+def write(out: Path, rows: list[Row], extra: dict[str, Any], columns: list | None = None, name="verdicts") -> str:
+    """The table (printed and OUT/table.txt) and OUT/<name>.json (the rows and `extra`)."""
+    text = table(rows, columns)
     (out / "table.txt").write_text(text + "\n")
     doc = {"rows": [{**dataclasses.asdict(r), "status": r.status} for r in rows], **extra}
-    (out / "verdicts.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return text
 
 

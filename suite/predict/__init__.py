@@ -26,7 +26,10 @@ What a prediction reports, and how it compares with what the worker measures:
     build_peak_mem_gib   the same while the model is built and the engine initialised
     device_gib           what must fit in the device: the larger peak, plus on a GPU the
                          CUDA context and NCCL buffers and the allocator's slack, on a CPU
-                         worker the part of its RLIMIT_DATA budget beyond resident memory
+                         worker the part of its RLIMIT_DATA budget beyond resident memory;
+                         under a memory cap (`suite.detect.memory_cap_gib`) what the cap holds:
+                         the caching allocator's memory alone, the context and NCCL's buffers
+                         being outside it (the overheads not counted in memory_allocated)
     fits                 device_gib <= hardware.mem_gib (a CPU worker without a budget fits)
     step_time_s          (GAS-1) * t_micro + t_boundary + t_optimizer, as suite.metrics composes it
 
@@ -44,6 +47,7 @@ from typing import Protocol
 from suite import paths
 from suite.config import Trial
 from suite.config.schema import ModelConfig
+from suite.detect import memory_cap_gib
 from suite.metrics import peak_flops
 from suite.models.arch import shape
 from suite.models.config import hf_config
@@ -109,6 +113,8 @@ class Prediction:
     machine: str
     memory_terms: dict[str, list] = field(default_factory=dict)
     time_detail: dict[str, float] = field(default_factory=dict)
+    n_params: int = 0
+    """The model's parameters, as traced."""
 
     def memory_gib(self, kind: str) -> float:
         """The memory figure of `kind` (MEMORY_KINDS): allocated (the timed window's peak of
@@ -162,7 +168,9 @@ class Predictor:
             host_gib = 0.0
         else:
             counted = sum(v[0] for v in m.overhead.values() if v[2])
-            fixed = sum(v[0] for v in m.overhead.values() if not v[2])
+            # A cap holds the caching allocator only: what is outside memory_allocated is outside it too.
+            capped = memory_cap_gib(t.hardware) is not None
+            fixed = 0.0 if capped else sum(v[0] for v in m.overhead.values() if not v[2])
             peak, build_peak = timed + counted, build + counted
             # The allocator keeps freed blocks cached (reserved over allocated), but frees them and
             # retries before it fails an allocation: a trial fits on what it allocates; reserved
@@ -210,6 +218,7 @@ class Predictor:
             machine=m.source,
             memory_terms=terms,
             time_detail=parts.detail,
+            n_params=tr.n_params,
         )
 
     @staticmethod

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from suite import paths
 from suite.config import Trial
+from suite.detect import gpu_mem_gib
 from suite.files import write_json
 from suite.predict import gpu as gpu_model
 
@@ -146,7 +147,8 @@ class Machine:
 def _gpu_overhead(t: Trial) -> dict[str, list]:
     hw = t.hardware
     hopper = any(k in hw.gpu for k in ("H100", "H200", "GH200"))
-    ampere_big = any(k in hw.gpu for k in ("A100", "A6000", "3090", "A40", "L40", "4090")) and hw.mem_gib >= 24
+    mem_gib = gpu_mem_gib(hw) or hw.mem_gib  # the GPU's own, whatever cap a trial sets
+    ampere_big = any(k in hw.gpu for k in ("A100", "A6000", "3090", "A40", "L40", "4090")) and mem_gib >= 24
     lt = 32 * MIB if hopper else 4 * MIB if ampere_big else MIB
     blas = 32 * MIB if hopper else 4 * MIB * 2 + 16 * 1024 * 8
     return {
