@@ -27,6 +27,7 @@ from pathlib import Path
 from analysis import ReportError, published_runs
 from analysis.predicted import describe_error, error_note, predict_all
 from analysis.prices import gpu_keys, load_prices
+from suite import nvme
 from suite.calibrate import calibrate
 from suite.config import compose
 from suite.config.schema import Trial
@@ -114,12 +115,13 @@ def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
 
 
 def calibrate_main(overrides: list[str], quick: bool) -> None:
-
-    t = replace(compose.trial(overrides), nodes=1)
+    cfg = compose.compose(overrides)
+    t = replace(compose.trial_from_cfg(cfg), nodes=1)
     absent = absent_devices(t)
     if absent:
         raise ReportError(f"{absent}: calibrate measures this machine's own devices")
-    m = calibrate(t, quick=quick)
+    swapping = replace(t, methods=replace(t.methods, offload="optimizer", offload_device="nvme"))
+    m = calibrate(t, quick=quick, nvme_dir=nvme.resolved(swapping, cfg.store.dir).methods.nvme_path)
     print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
 
 

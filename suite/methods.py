@@ -130,7 +130,7 @@ AIO_QUEUE_DEPTH = 32
 AIO_MAX_THREADS = 8
 """DeepSpeed's async I/O settings as its DeepNVMe tutorial tuned them on a Lambda workstation
 (docs/_tutorials/deepnvme.md, `ds_nvme_tune`: block 1 MiB, queue depth 32, 8 threads per
-request, overlap_events on); threads: at most the node's cores per rank."""
+request, overlap_events on); threads: at most the node's cores per rank (`aio_config`)."""
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,9 @@ def nvme_sizes(t: Trial, param_numels: tuple[int, ...]) -> NvmeSizes:
 
 
 def aio_config(t: Trial) -> dict[str, Any]:
-    """DeepSpeed's `aio` section under the NVMe tier (`AIO_QUEUE_DEPTH`, `AIO_MAX_THREADS`)."""
-    cores = t.hardware.host.cores // max(t.hardware.count, 1)
+    """DeepSpeed's `aio` section under the NVMe tier (`AIO_QUEUE_DEPTH`, `AIO_MAX_THREADS`); a host
+    whose cores its profile does not give is the machine the config is made on (the trial's)."""
+    cores = (t.hardware.host.cores or os.cpu_count() or 1) // max(t.hardware.count, 1)
     return {
         "block_size": MIN_SWAP_BYTES,
         "queue_depth": AIO_QUEUE_DEPTH,

@@ -155,10 +155,17 @@ def summary_line(ran: Ran, t: Trial) -> str:
     kernels = f", kernels {rec.figure('kernel_path')}" if rec.figure("kernel_path") else ""
     w = rec.figure("step_time_within_std_s")
     within = f"; ±{100 * w / rec.step_time_s:.1f}% within a run" if w is not None else ""
+    nvme = ""
+    if rec.figure("nvme_read_bytes_per_step") is not None:
+        nvme = (
+            f", NVMe {rec.figure('nvme_read_bytes_per_step') / 1e6:,.1f} MB read + "
+            f"{rec.figure('nvme_write_bytes_per_step') / 1e6:,.1f} MB written/step "
+            f"({rec.figure('nvme_read_gbps'):.2f} + {rec.figure('nvme_write_gbps'):.2f} GB/s)"
+        )
     line = (
         f"{head} | step {rec.step_time_s:.3f} s ({rec.measured_phrase()}{within})"
         f"{' NOISY' if rec.figure('noisy') else ''}, {rec.tokens_per_s:,.0f} {unit}/s, MFU {mfu}, "
-        f"peak {rec.peak_mem_gib:.2f} GiB{kernels} ({source})"
+        f"peak {rec.peak_mem_gib:.2f} GiB{nvme}{kernels} ({source})"
     )
     wrong = rec.figure("profile_mismatch")
     if wrong:
