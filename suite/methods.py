@@ -113,10 +113,13 @@ def deepspeed_config(t: Trial, gas: int, param_numels: tuple[int, ...] = ()) -> 
     return cfg
 
 
+ZERO3_SUB_GROUP = 1_000_000_000
+"""ZeRO-3's `sub_group_size` by default, elements (zero/config.py:182): its optimizer steps one
+sub-group of each rank's partition at a time."""
 NVME_SUB_GROUP = 100_000_000
-"""ZeRO-3's `sub_group_size` under the NVMe tier, elements: the optimizer steps (and swaps) one
-sub-group of each rank's partition at a time, through `OPTIMIZER_SWAP_BUFFERS` pinned fp32 buffers
-of the largest sub-group each. DeepSpeed's default, 1e9 (zero/config.py), would pin 16 GB per rank."""
+"""ZeRO-3's `sub_group_size` under the NVMe tier, elements: the optimizer swaps one sub-group at a
+time through `OPTIMIZER_SWAP_BUFFERS` pinned fp32 buffers of the largest sub-group each; at the
+default (`ZERO3_SUB_GROUP`) they would pin 16 GB per rank."""
 OPTIMIZER_SWAP_BUFFERS = 4
 """The optimizer swapper's pinned buffers: one per state it swaps, the fp32 parameter, its two
 moments and the gradient (offload_config.py, `buffer_count`)."""
@@ -152,12 +155,14 @@ def partitions(t: Trial, param_numels: tuple[int, ...]) -> list[int]:
 
 def sub_groups(t: Trial, param_numels: tuple[int, ...]) -> list[int]:
     """The sizes, in elements, of the sub-groups ZeRO-3's optimizer steps one at a time on each
-    rank: its partitions in the model's order, a sub-group closed once it reaches `NVME_SUB_GROUP`
-    (stage3.py:1210-1233); the whole partition where it is smaller. Under the NVMe tier only."""
+    rank: its partitions in the model's order, a sub-group closed once it reaches the trial's
+    `sub_group_size` (`NVME_SUB_GROUP` under the NVMe tier, else `ZERO3_SUB_GROUP`;
+    stage3.py:1210-1233); the whole partition where it is smaller."""
+    size = NVME_SUB_GROUP if on_nvme(t) else ZERO3_SUB_GROUP
     groups, current = [], 0
     for x in partitions(t, param_numels):
         current += x
-        if current >= NVME_SUB_GROUP:
+        if current >= size:
             groups.append(current)
             current = 0
     return groups + [current] if current or not groups else groups

@@ -386,7 +386,7 @@ def cap_above_devices(t: Trial) -> str | None:
 def nvme_problems(t: Trial) -> list[str]:
     """Why this machine's drive cannot take an NVMe trial's swap, before it launches (a single run
     exits 2 naming them; a sweep records `invalid`): its folder (`suite.methods.swap_dir`, under
-    `methods.nvme_path`) cannot be made or written, its filesystem refuses O_DIRECT (tmpfs does;
+    `methods.nvme_path`) cannot be made or written, its filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does;
     DeepSpeed's async I/O opens every swap file with it), or it has less free space than the
     predicted swap of the node's ranks (`suite.predict.memory.nvme_bytes`)."""
     if not on_nvme(t):
@@ -406,7 +406,7 @@ def nvme_problems(t: Trial) -> list[str]:
     except OSError as e:
         return [
             f"{where}: cannot create a swap file with O_DIRECT in {folder} ({e.strerror}); DeepSpeed's async I/O "
-            "needs a filesystem that allows it (not tmpfs): give a folder on the NVMe drive"
+            "needs a filesystem that allows it: give a folder on the NVMe drive"
         ]
     finally:
         if made:

@@ -316,11 +316,18 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
         fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
         convert, update = [flat] + fp32, fp32 or [flat]
         lay.optimizer = convert if Layout.total(convert) >= Layout.total(update) else update
-    if t.hardware.device == "cuda":
+    if t.hardware.device == "cuda" and off_par:  # zero.Init moves each partition to the host as it is made
+        lay.build.append(
+            Term("one parameter whole while partitioned", w * max(tr.param_numels), "partition_parameters.py")
+        )
+    elif t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
         lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
-    lay.build.append(Term("optimizer init gradient buffer", 4 * part, "stage3.py:1302-1306"))
+    # the largest sub-group's fp32 gradient, on the optimizer's device (the host under offload, stage3.py:333)
+    largest = max(methods.sub_groups(t, tr.param_numels))
+    init = Term("optimizer init gradient buffer", 4 * largest, "stage3.py:1302-1306")
+    (lay.host if off_opt else lay.build).append(init)
 
 
 def fsdp2_layout(t: Trial, tr: Trace) -> Layout:

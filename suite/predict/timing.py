@@ -578,16 +578,16 @@ def offload_seconds(t: Trial, m: Machine, owned: float) -> tuple[float, float]:
     return update, (grads + params) / m.host_bps
 
 
-def nvme_traffic(t: Trial, tr: Trace, gathers: float = 1.0) -> tuple[float, float]:
+def nvme_traffic(t: Trial, tr: Trace) -> tuple[float, float]:
     """(bytes read, bytes written) of one rank's NVMe drive traffic per step under the NVMe tier
     (`suite.predict.memory.swapped`): the swapped optimizer sub-groups read whole (fp32 parameter,
     two moments and gradient: 16 bytes an element) and written back (the gradients at the
     boundary, the three states after the update: 16); under optimizer+params each swapped
-    parameter partition read at every gather (`gathers` per micro-step) of every micro-step, and
-    written once after the step. The worker measures the same on each rank (`suite.worker.io_bytes`)."""
+    parameter partition read at every gather of every micro-step (`_gathered`), and written once
+    after the step. The worker measures the same on each rank (`suite.worker.io_bytes`)."""
     opt, par = swapped(t, tr)
     w = bytes_per_element(t.precision)
-    read = 16 * opt + w * par * gathers * t.gas
+    read = 16 * opt + w * par * _gathered(t, tr)[1] * t.gas
     written = 16 * opt + w * par
     return read, written
 
@@ -600,7 +600,7 @@ def nvme_seconds(t: Trial, tr: Trace, m: Machine, detail: dict[str, float]) -> f
     if not methods.on_nvme(t):
         return 0.0
     opt, par = swapped(t, tr)
-    read, written = nvme_traffic(t, tr, _gathered(t, tr)[1])
+    read, written = nvme_traffic(t, tr)
     detail.update(nvme_read_bytes=read * t.devices, nvme_write_bytes=written * t.devices)
     if not (m.nvme_read_bps and m.nvme_write_bps):
         detail["nvme_s"] = math.nan
