@@ -8,8 +8,8 @@ has measured, every figure labelled predicted and shown with the error measured 
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
     suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
-    suite-predict model=pythia hardware=rtx-3090 hardware.host.mem_gib=128 hardware.host.nvme_gib=1000 --largest
-        # per tier (GPU memory; + host memory; + NVMe) the largest of a family (pythia, llama) that trains
+    suite-predict model=pythia hardware=rtx-3090 hardware.host.mem_gib=128 hardware.host.nvme_gib=931 --largest
+        # per memory tier (GPU; + 128 GiB host memory; + a 1 TB NVMe drive) the largest Pythia that trains
 
 Overrides are Hydra's, as for suite-bench (conf/). What is predicted, and which is best, is
 `analysis.predicted.predict_budget`, the answer of `suite-report tables --predict` too: the
@@ -35,7 +35,6 @@ from suite.config import compose
 from suite.config.schema import Trial
 from suite.config.validate import absent_devices
 from suite.predict.machine import calibration_key, save_calibration
-from suite.labels import recipe_label
 
 OUT_DIR = Path("reports/predict")
 CSV_FIELDS = (
@@ -69,51 +68,11 @@ def table(rs: list[dict], err: dict[str, str]) -> list[str]:
     return [head, "-" * len(head)] + [f"{i:>3}  {r['config']:<48} {_cells(r)}" for i, r in enumerate(rs, 1)]
 
 
-def largest_main(overrides: list[str]) -> None:
-    """`--largest`: per tier of the memory hierarchy, the largest member of a model family the
-    budget can train, with its best configuration, tokens/s and days (analysis/largest.py)."""
-    from analysis.largest import families, ladder, largest
-    from suite.config.schema import SearchConfig
-    from suite.predict import Predictor
-    from suite.predict.timing import Network
-
-    family = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "")
-    if family not in families():
-        raise ReportError(f"--largest takes model=FAMILY, one of {', '.join(families())} (got model={family or '?'})")
-    rest = [o for o in overrides if not o.startswith("model=")]
-    members = ladder(family, rest)
-    cfg = compose.compose(["model=tinyllama-1.1b" if family == "llama" else "model=pythia-14m", *rest])
-    predictor = Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
-    found = largest(members, SearchConfig(**cfg.search), predictor, load_prices(), gpu_keys())
-    hw, adam = members[0].hardware, predictor.machine(members[0]).host_adam_elements_per_s
-    h = hw.host
-    print(f"PREDICTED, not measured: the largest {family} that trains on {hw.name} ({hw.mem_gib:g} GiB per device)")
-    print(
-        f"  host per node: {h.mem_gib:g} GiB memory, CPU Adam {adam:.3g} parameters/s, NVMe {h.nvme_gib:g} GiB at "
-        f"{h.nvme_read_gbps:g} GB/s read, {h.nvme_write_gbps:g} GB/s write (the profile's host block; hardware.host.*)"
-    )
-    head = (
-        f"{'tier':<28} {'largest':<12} {'params':>7}  {'best configuration':<66} {'GiB/GPU':>8} {'host GiB':>9} "
-        f"{'NVMe GiB':>9} {'tokens/s':>9} {'days':>8}"
-    )
-    print(f"  {head}\n  {'-' * len(head)}")
-    for f in found:
-        if f.member is None:
-            print(f"  {f.tier:<28} none: not even {members[0].model.name} fits")
-            continue
-        r, n = f.row, f.member.hardware.count
-        print(
-            f"  {f.tier:<28} {f.member.model.name:<12} {f.params / 1e9:>6.2f}B  {r['config']:<66} "
-            f"{_num(r['device_gib'], '8.2f')} {_num(r['host_gib'] * n, '9.1f')} {_num(r['nvme_gib'] * n, '9.1f')} "
-            f"{_num(r['tokens_per_s'], '9,.0f')} {_num(r['days'], '8,.0f')}"
-        )
-    print(f"  days: each member's own recipe ({recipe_label(members[-1])} for {members[-1].model.name})")
-    print(f"  error so far: {describe_error(error_note(hw.device))}")
-
-
 def predict_main(overrides: list[str]) -> None:
-    if "--largest" in overrides:
-        largest_main([o for o in overrides if o != "--largest"])
+    if "--largest" in overrides:  # per memory tier, the largest of a family that trains (analysis/largest.py)
+        from analysis.largest import report
+
+        print("\n".join(report([o for o in overrides if o != "--largest"])))
         return
     every = "hardware=all" in overrides
     found = predict_all(overrides, load_prices(), gpu_keys())

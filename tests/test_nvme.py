@@ -165,12 +165,19 @@ def test_the_nvme_tier_predicted_on_a_gpu_and_its_drive_must_hold_it():
     assert full.short_of == "NVMe" and not full.fits
 
 
-def test_the_largest_model_per_tier_widens_with_each_tier(capsys):
+def test_largest_takes_a_family_and_says_which(capsys):
+    from cli import predict
+
+    assert predict.main(["model=gpt", "hardware=rtx-3090", "--largest"]) == 2
+    assert "--largest takes model=FAMILY, one of llama, pythia (got model=gpt)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_largest_model_per_tier_widens_with_each_tier():
     """Pythia-70M to 1B on a GPU of 3 GiB with 4 GiB of host memory: host memory trains a larger
     member than the GPU alone, and the NVMe drive a larger one still."""
     from analysis.largest import ladder, largest
     from analysis.prices import gpu_keys, load_prices
-    from cli import predict
     from suite.config.schema import SearchConfig
 
     budget = ["hardware=rtx-3090", "hardware.mem_gib=3", "hardware.host.mem_gib=4"]
@@ -182,8 +189,6 @@ def test_the_largest_model_per_tier_widens_with_each_tier(capsys):
     gpu, host, drive = (f.row for f in found)
     assert "offload" not in gpu["config"] and "offload" in host["config"] and "@nvme" in drive["config"]
     assert all(r["fits"] and r["days"] > 0 and r["tokens_per_s"] > 0 for r in (gpu, host, drive))
-    assert predict.main(["model=gpt", "hardware=rtx-3090", "--largest"]) == 2
-    assert "--largest takes model=FAMILY, one of llama, pythia" in capsys.readouterr().err
 
 
 @pytest.mark.slow
