@@ -145,7 +145,7 @@ def report(overrides: list[str]) -> list[str]:
     family = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "")
     rest = [o for o in overrides if not o.startswith("model=")]
     members = ladder(family, rest)
-    cfg = compose.compose([f"model={members[0].model.name if family == 'pythia' else LLAMA_BASE}", *rest])
+    cfg = compose.config([f"model={members[0].model.name if family == 'pythia' else LLAMA_BASE}", *rest])
     predictor = Predictor(network=Network(cfg.cluster.network_gbps, cfg.cluster.network))
     found = largest(members, SearchConfig(**cfg.search), predictor, load_prices(), gpu_keys())
     hw, h = members[0].hardware, members[0].hardware.host

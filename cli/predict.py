@@ -122,7 +122,7 @@ def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
 
 
 def calibrate_main(overrides: list[str], quick: bool) -> None:
-    cfg = compose.compose(overrides)
+    cfg = compose.config(overrides)
     t = replace(compose.trial_from_cfg(cfg), nodes=1)
     absent = absent_devices(t)
     if absent:

@@ -205,7 +205,7 @@ def test_a_zero3_trial_on_nvme_trains_as_zero0_and_records_what_it_swapped(trial
     assert m["optimizer"] == "deepspeed DeepSpeedCPUAdam" and m["optimizer_wrapper"] == "DeepSpeedZeroOptimizer_Stage3"
     assert m["first_loss"] == pytest.approx(base["first_loss"], rel=0.01)
     assert m["loss_per_step"][-1] < m["first_loss"]
-    t = swapped.spec
+    t = swapped.trial
     assert t.methods.nvme_path == str(Path(trial_store) / "nvme") and not Path(methods.swap_dir(t)).exists()
     read, written = timing.nvme_traffic(t, traced(t.model, t.methods.attention, "none", t.precision))
     assert m["nvme_read_bytes_per_step"] == pytest.approx(2 * read, rel=0.1)
