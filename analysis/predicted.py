@@ -140,6 +140,8 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
                 if gpu
                 else math.nan,
                 "host_gib": p.host_gib,
+                "nvme_gib": p.nvme_gib,
+                "short_of": p.short_of,
             }
         )
     out.sort(key=lambda r: (not r["fits"], math.isnan(r["step_time_s"]), r["step_time_s"]))

@@ -8,6 +8,8 @@ has measured, every figure labelled predicted and shown with the error measured 
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
     suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
+    suite-predict model=pythia hardware=rtx-3090 hardware.host.mem_gib=128 hardware.host.nvme_gib=931 --largest
+        # per memory tier (GPU; + 128 GiB host memory; + a 1 TB NVMe drive) the largest Pythia that trains
 
 Overrides are Hydra's, as for suite-bench (conf/). What is predicted, and which is best, is
 `analysis.predicted.predict_budget`, the answer of `suite-report tables --predict` too: the
@@ -27,6 +29,7 @@ from pathlib import Path
 from analysis import ReportError, published_runs
 from analysis.predicted import describe_error, error_note, predict_all
 from analysis.prices import gpu_keys, load_prices
+from suite import nvme
 from suite.calibrate import calibrate
 from suite.config import compose
 from suite.config.schema import Trial
@@ -66,6 +69,11 @@ def table(rs: list[dict], err: dict[str, str]) -> list[str]:
 
 
 def predict_main(overrides: list[str]) -> None:
+    if "--largest" in overrides:  # per memory tier, the largest of a family that trains (analysis/largest.py)
+        from analysis.largest import report
+
+        print("\n".join(report([o for o in overrides if o != "--largest"])))
+        return
     every = "hardware=all" in overrides
     found = predict_all(overrides, load_prices(), gpu_keys())
     if every:
@@ -114,12 +122,13 @@ def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
 
 
 def calibrate_main(overrides: list[str], quick: bool) -> None:
-
-    t = replace(compose.trial(overrides), nodes=1)
+    cfg = compose.config(overrides)
+    t = replace(compose.trial_from_cfg(cfg), nodes=1)
     absent = absent_devices(t)
     if absent:
         raise ReportError(f"{absent}: calibrate measures this machine's own devices")
-    m = calibrate(t, quick=quick)
+    swapping = replace(t, methods=replace(t.methods, offload="optimizer", offload_device="nvme"))
+    m = calibrate(t, quick=quick, nvme_dir=nvme.resolved(swapping, cfg.store.dir).methods.nvme_path)
     print(f"wrote {save_calibration(m, calibration_key(t.hardware))}")
 
 

@@ -55,11 +55,12 @@ if [ "$gpus" != 0 ]; then
   fi
 fi
 if [ "${DS_ACCELERATOR:-}" = cpu ]; then
-  # DeepSpeed compiles the CPU ops a trial loads (CPU Adam, FusedAdam) on first use; build them
-  # here, side by side, once per machine (torch's cache, which every clone shares), rather than
-  # in a trial. Without a compiler this stops, saying what to install. SUITE_OPS names the ops
-  # to build (the demo: fused_adam, the only one its trials load). A first install started them
-  # beside pip (above): wait for them here.
+  # DeepSpeed compiles the CPU ops a trial loads (CPU Adam, FusedAdam; async I/O for the NVMe
+  # tier, where libaio is installed: without it one line says so and the rest are built) on first
+  # use; build them here, side by side, once per machine (torch's cache, which every clone
+  # shares), rather than in a trial. Without a compiler this stops, saying what to install.
+  # SUITE_OPS names the ops to build (the demo: fused_adam, the only one its trials load). A
+  # first install started them beside pip (above): wait for them here.
   if [ -n "$ops_pid" ]; then
     echo "Waiting for DeepSpeed's CPU ops..."
     wait "$ops_pid" || { echo "Setup stopped: DeepSpeed's CPU ops did not build (why above)."; exit 1; }

@@ -36,6 +36,8 @@ from datetime import datetime, timezone
 
 from suite.config.schema import ModelConfig, Trial
 from suite.launch import free_port, run_trial, small_thread_stacks, worker_env
+from suite.methods import aio_config
+from suite.ops import aio_problem
 from suite.predict import timing
 from suite.predict.machine import Machine
 from suite.predict.timing import COLLECTIVE_STEPS
@@ -63,6 +65,8 @@ def _slowest(results: list[dict]) -> dict:
     out["memory_bps"] = min(r["memory_bps"] for r in results)
     out["memory_curve"] = _curve([r["memory_curve"] for r in results], min)
     out["host_bps"] = min(r.get("host_bps", math.inf) for r in results)
+    for key in ("nvme_read_bps", "nvme_write_bps"):  # every rank on the one drive at once: the node's
+        out[key] = min(r.get(key, 0.0) for r in results) * len(results)
     out["op_overhead_s"] = max(r["op_overhead_s"] for r in results)
     out["op_curves"] = {name: _curve([r["op_curves"][name] for r in results], min) for name in first["op_curves"]}
     out["first_touch"] = _curve([r["first_touch"] for r in results], max)
@@ -87,11 +91,22 @@ def fit_collective(points: list[list[float]], world: int, kind: str) -> list[flo
     return [latency, 1.0 / slope]
 
 
-def _run_ranks(t: Trial, mode: str, dtypes: list[str]) -> list[dict]:
+def _run_ranks(t: Trial, mode: str, dtypes: list[str], nvme_dir: str = "") -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="calibrate-") as d:
         spec, out = os.path.join(d, "spec.json"), os.path.join(d, "out.json")
         with open(spec, "w") as f:
-            json.dump({"mode": mode, "device": t.hardware.device, "dtypes": dtypes, "tf32": t.hardware.tf32}, f)
+            aio = aio_config(t) if nvme_dir else {}
+            json.dump(
+                {
+                    "mode": mode,
+                    "device": t.hardware.device,
+                    "dtypes": dtypes,
+                    "tf32": t.hardware.tf32,
+                    "nvme_dir": nvme_dir,
+                    "aio": aio,
+                },
+                f,
+            )
         port = free_port()
         procs = []
         for rank in range(t.hardware.count):
@@ -254,15 +269,21 @@ def engines_measured(mode: str) -> dict[str, dict]:
     return engines
 
 
-def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
-    """Measure the constants of `t.hardware` on this machine."""
+def calibrate(t: Trial, quick: bool = False, log=print, nvme_dir: str = "") -> Machine:
+    """Measure the constants of `t.hardware` on this machine; the NVMe drive's through DeepSpeed's
+    async I/O (the settings an NVMe trial runs with, `suite.methods.aio_config`) in `nvme_dir`,
+    where one is given and this machine has the op (`suite.ops.aio_problem`)."""
+    if nvme_dir and aio_problem():
+        log(f"calibrate: the NVMe drive is not measured: {aio_problem()}")
+        nvme_dir = ""
     mode = "quick" if quick else "full"
     if t.hardware.device == "cuda":
         dtypes = ["bf16"] if quick else ["bf16", "fp16", "fp32"]
     else:
         dtypes = ["fp32"] if quick else ["fp32", "bf16"]
     log(f"calibrate: microbenchmarks in {t.hardware.count} process(es) ({mode})")
-    res = _slowest(_run_ranks(t, mode, dtypes))
+    os.makedirs(nvme_dir, exist_ok=True) if nvme_dir else None
+    res = _slowest(_run_ranks(t, mode, dtypes, nvme_dir))
     colls = {k: fit_collective(v, t.hardware.count, k) for k, v in res["collectives"].items()}
     if colls and "reduce_scatter" not in colls:
         colls["reduce_scatter"] = colls["all_gather"] if "all_gather" in colls else colls["all_reduce"]
@@ -291,6 +312,8 @@ def calibrate(t: Trial, quick: bool = False, log=print) -> Machine:
         collectives=colls,
         adam_elements_per_s=res["adam"],
         host_bps=res["host_bps"] if math.isfinite(res["host_bps"]) else 0.0,
+        nvme_read_bps=res["nvme_read_bps"],
+        nvme_write_bps=res["nvme_write_bps"],
         runtime_bytes=runtime,
         data_margin_bytes=margin,
         probe_flops=res["probe_flops"],

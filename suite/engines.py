@@ -117,11 +117,12 @@ class DeepSpeed:
     def __init__(self, t: Trial, device: torch.device, gas: int):
         import deepspeed
 
-        preload_built_ops()  # DeepSpeed's Adams, built by scripts/setup.sh
+        preload_built_ops(nvme=methods.on_nvme(t))  # DeepSpeed's Adams (and async I/O), built by scripts/setup.sh
         if device.type == "cpu":
             skip_shm_comm()  # before init_distributed, which would build and load them
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
-        self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas)
+        numels = param_numels(t) if methods.on_nvme(t) else ()  # the NVMe tier's buffers fit the model
+        self.t, self.device, self.config = t, device, methods.deepspeed_config(t, gas, numels)
         self.dtype = methods.torch_dtype(t.precision)
 
     def build(self) -> None:
@@ -183,6 +184,13 @@ class DeepSpeed:
             "optimizer": f"{whose} {type(self.engine.basic_optimizer).__name__}",
             "optimizer_wrapper": type(self.engine.optimizer).__name__,
         }
+
+
+def param_numels(t: Trial) -> tuple[int, ...]:
+    """The sizes of the trial's parameters, in the model's order, from a build on the meta device
+    (no memory, no compute)."""
+    with torch.device("meta"):
+        return tuple(p.numel() for p in build_model(t.model, t.methods.attention, "none").parameters())
 
 
 def _plain_name(name: str) -> str:

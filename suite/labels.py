@@ -42,10 +42,16 @@ def optimizer_label(t: Trial) -> list[str]:
     return [f"optimizer={t.methods.optimizer}"] if t.methods.optimizer != "engine" else []
 
 
+def offload_label(t: Trial) -> str:
+    """What is offloaded, and to NVMe where the NVMe tier takes it: "optimizer+params@nvme"."""
+    me = t.methods
+    return f"{me.offload}@nvme" if me.offload != "none" and me.offload_device == "nvme" else me.offload
+
+
 def methods_label(t: Trial) -> str:
     """The methods but the micro-batch: sharding, offload, recomputation, attention, compile."""
     me = t.methods
-    parts = [sharding_label(t), f"offload={me.offload}", f"recompute={me.recompute}", f"attn={me.attention}"]
+    parts = [sharding_label(t), f"offload={offload_label(t)}", f"recompute={me.recompute}", f"attn={me.attention}"]
     if me.reduce_every_micro_step:
         parts.insert(1, "reduce=every-micro-step")
     return " ".join(parts + (["compile"] if me.compile else []) + optimizer_label(t))
@@ -59,7 +65,7 @@ def memory_methods_label(t: Trial) -> str:
     if me.reduce_every_micro_step:
         parts.append("reduce every micro-step")
     if me.offload != "none":
-        parts.append(f"offload {me.offload}")
+        parts.append(f"offload {offload_label(t)}")
     if me.recompute != "none":
         parts.append(f"recompute {me.recompute}" if me.recompute != "full" else "recompute")
     return " ".join(parts)
@@ -108,7 +114,7 @@ def describe(t: Trial) -> str:
         precision += f" (recipe {r.precision}; {t.hardware.device.upper()} trains {t.precision})"
     return (
         f"{t.model.name} {hardware_label(t)} {sharding_label(t)}"
-        f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={me.offload} "
+        f"{' reduce=every-micro-step' if me.reduce_every_micro_step else ''} offload={offload_label(t)} "
         f"recompute={me.recompute} mb={me.micro_batch}x{t.gas} attn={attention(t)}"
         f"{' compile' if me.compile else ''}{''.join(' ' + x for x in optimizer_label(t))} {precision}"
     )

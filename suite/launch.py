@@ -36,7 +36,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from suite import detect
+from suite import detect, nvme
 from suite.config import Trial
 from suite.files import write_json
 from suite.record import Run, provenance
@@ -276,6 +276,7 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
             result = _wait(t, procs, out_dir, start, node)
         finally:
             kill_all(procs)
+            nvme.empty(t)  # the swap files go with the ranks, whatever the outcome
             if keep_logs:
                 os.makedirs(keep_logs, exist_ok=True)
                 for rank in range(base, base + len(procs)):

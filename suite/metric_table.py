@@ -149,6 +149,15 @@ TABLE: tuple[Metric, ...] = (
     M("build_peak_reserved_gib", "GiB", "float", MAX, "reserved peak of the build (null on CPU)", optional=True),
     M("host_peak_gib", "GiB", "float", MAX, "largest resident host memory of any rank in the timed window, runtime "
       "included (what offload raises)", label="host peak", format="gib"),
+    M("nvme_read_bytes_per_step", "B", "float", MEDIAN_RUN, "bytes the ranks read from the NVMe tier's swap per "
+      "timed step, summed over the ranks (their /proc/self/io; NVMe tier only)", optional=True,
+      label="NVMe read per step", format="sci"),
+    M("nvme_write_bytes_per_step", "B", "float", MEDIAN_RUN, "bytes the ranks wrote to the NVMe tier's swap per "
+      "timed step, summed over the ranks", optional=True, label="NVMe written per step", format="sci"),
+    M("nvme_read_gbps", "GB/s", "float", MEDIAN_RUN, "the NVMe read bytes over the timed window's seconds: the "
+      "drive's load averaged over training, not its peak", optional=True, label="NVMe read", format="sci"),
+    M("nvme_write_gbps", "GB/s", "float", MEDIAN_RUN, "the NVMe written bytes over the timed window's seconds",
+      optional=True, label="NVMe write", format="sci"),
     M("memory_per_rank", "", "list", MEDIAN_RUN, "each rank's peaks (and GPU name): what the figures above are "
       "the largest of"),
     # ---- what ran and how the run went (suite.worker, suite.engines, suite.launch) ----

@@ -139,3 +139,20 @@ def memory(per_rank: list[dict[str, Any]], cuda: bool) -> dict[str, Any]:
             "build_peak_reserved_gib": None,
         }
     return {**device, "host_peak_gib": top("host_peak_gib")}
+
+
+def nvme(per_rank: list[dict[str, float]]) -> dict[str, Any]:
+    """The NVMe tier's traffic from each rank's storage counters over the timed window
+    (`suite.worker.io_bytes`): bytes read and written per step, summed over the ranks (what the
+    drives moved), and the bandwidth that achieved over the window, bytes over its seconds (the
+    slowest rank's window): the drive's load averaged over training, not its peak while swapping."""
+    steps = max(r["steps"] for r in per_rank)
+    seconds = max(r["window_s"] for r in per_rank)
+    read = sum(r["read_bytes"] for r in per_rank)
+    written = sum(r["write_bytes"] for r in per_rank)
+    return {
+        "nvme_read_bytes_per_step": read / steps,
+        "nvme_write_bytes_per_step": written / steps,
+        "nvme_read_gbps": read / seconds / 1e9,
+        "nvme_write_gbps": written / seconds / 1e9,
+    }

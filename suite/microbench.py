@@ -18,7 +18,9 @@ trial's ranks do). The calibration keeps each figure from its slowest rank:
     collectives    gloo (CPU) or NCCL (GPU) all_reduce, all_gather, reduce_scatter at sizes from
                    4 KiB to 16 MiB (`suite.calibrate.fit_collective` fits them)
     adam           parameters per second of torch's AdamW (foreach; fused) and DeepSpeed's own
-                   (FusedAdam; on a CPU, DeepSpeedCPUAdam, which offload steps with)
+                   (FusedAdam; DeepSpeedCPUAdam on the host, which offload steps with)
+    nvme           bytes/s DeepSpeed's async I/O writes and reads a file of pinned memory on the
+                   NVMe drive (O_DIRECT), with the settings an NVMe trial's swap runs with
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ OP_ROW = 4096
 FIRST_TOUCH_BYTES = {"full": [2**16, 2**18, 2**20, 2**24, 2**26], "quick": [2**18, 2**24]}
 """Allocation sizes of `_first_touch`: either side of the workers' mmap threshold (128 KiB,
 `suite.launch.worker_env`) up to memory-bound sizes."""
+NVME_BYTES = {"full": 256 * 2**20, "quick": 32 * 2**20}
+"""Bytes each rank writes to and reads from the NVMe drive: one swap file of a sub-group's size."""
 COLLECTIVE_BYTES = {"full": [4096 * 4**i for i in range(7)], "quick": [4096, 262144, 4 * 2**20]}
 
 
@@ -91,8 +95,30 @@ def speed_probe(dev, sync) -> float:
     return 2 * side**3 / best_time(lambda: torch.mm(a, b), sync, min_s=0.1)
 
 
-def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False) -> dict:
-    """The microbenchmarks of one rank; collective figures need every rank running them."""
+def _nvme(mode: str, folder: str, aio: dict, barrier) -> dict[str, float]:
+    """Bytes/s of DeepSpeed's async I/O writing, then reading, one file of pinned host memory in
+    `folder` (the drive's own pace: O_DIRECT, past the page cache), every rank at once."""
+    from deepspeed.ops.op_builder import AsyncIOBuilder  # deferred: the op is built for NVMe trials only
+
+    handle = AsyncIOBuilder().load(verbose=False).aio_handle(**aio)
+    n = NVME_BYTES[mode]
+    buffer = handle.new_cpu_locked_tensor(n, torch.empty(0, dtype=torch.uint8))
+    path = os.path.join(folder, f"calibrate-rank{os.environ.get('RANK', '0')}.swp")
+    try:
+        barrier()
+        write = best_time(lambda: handle.sync_pwrite(buffer, path), lambda: None, min_s=0.2)
+        barrier()
+        read = best_time(lambda: handle.sync_pread(buffer, path), lambda: None, min_s=0.2)
+    finally:
+        handle.free_cpu_locked_tensor(buffer)
+        if os.path.exists(path):
+            os.remove(path)
+    return {"nvme_read_bps": n / read, "nvme_write_bps": n / write}
+
+
+def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = False, nvme: dict | None = None) -> dict:
+    """The microbenchmarks of one rank; collective figures need every rank running them; the NVMe
+    drive's where `nvme` names its folder and async I/O settings ({"dir", "aio"})."""
     cuda = device == "cuda"
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:  # as the worker sets them: fp32 matmuls run on tensor cores where the profile says tf32
@@ -161,6 +187,8 @@ def _bench(mode: str, device: str, dtypes: list[str], world: int, tf32: bool = F
             if points:
                 out["collectives"][kind] = points
     out["adam"] = _adam(mode, dev, sync, barrier)
+    if nvme:
+        out.update(_nvme(mode, nvme["dir"], nvme["aio"], barrier))
     return out
 
 
@@ -295,8 +323,10 @@ def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
     }
     if dev.type == "cuda" or mode == "full":
         makers["torch_fused"] = lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True)  # FSDP2's
-    if dev.type == "cpu":
-        makers["deepspeed_cpu"] = lambda ps: DeepSpeedCPUAdam(ps, lr=1e-4)  # the optimizer of offload
+    host = [torch.nn.Parameter(p.detach().cpu()) for p in params]  # offload's optimizer steps on the host
+    for p, q in zip(params, host, strict=True):
+        q.grad = p.grad.detach().cpu()
+    makers["deepspeed_cpu"] = lambda ps: DeepSpeedCPUAdam(host, lr=1e-4)
     out = {}
     for name, make in makers.items():
         try:
@@ -311,13 +341,15 @@ def _adam(mode: str, dev, sync, barrier) -> dict[str, float]:
 
 def worker_main(spec_path: str, out_path: str) -> None:
     """One rank of a calibration's microbenchmarks (`suite.calibrate` starts each like a trial's rank)."""
-    preload_built_ops()  # DeepSpeed's Adams, without the JIT lock a killed rank could leave behind
     with open(spec_path) as f:
         spec = json.load(f)
+    # DeepSpeed's Adams (and its async I/O), without the JIT lock a killed rank could leave behind
+    preload_built_ops(nvme=bool(spec.get("nvme_dir")))
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     if world > 1:
         dist.init_process_group("nccl" if spec["device"] == "cuda" else "gloo")
-    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world, spec.get("tf32", False))
+    nvme = {"dir": spec["nvme_dir"], "aio": spec["aio"]} if spec.get("nvme_dir") else None
+    res = _bench(spec["mode"], spec["device"], spec["dtypes"], world, spec.get("tf32", False), nvme)
     if world > 1:
         gathered = [None] * world
         dist.all_gather_object(gathered, res)

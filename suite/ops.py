@@ -2,7 +2,12 @@
 `python -m suite.ops`), and loading the built files in every DeepSpeed rank.
 
 A CPU trial loads two: FusedAdam (the optimizer at every ZeRO stage) and CPU Adam (under optimizer
-offload). DeepSpeed's CPU accelerator would also build its shared-memory collectives at every
+offload); an NVMe trial (`methods.offload_device=nvme`) also DeepSpeed's async I/O, which loads its
+pinned-memory op first (`AIO_OPS`). The async I/O op links libaio: it is built where libaio is
+installed (Debian: `apt-get install libaio-dev`) and skipped, saying so, where it is not; an NVMe
+trial is then `unsupported` (`aio_problem`).
+
+DeepSpeed's CPU accelerator would also build its shared-memory collectives at every
 `init_distributed` (`build_shm_op`, deepspeed/comm/torch.py), but only `inference_all_reduce` uses
 them: training's collectives go through gloo. `skip_shm_comm` marks that op not compatible, so no
 trial builds it or waits for it.
@@ -14,6 +19,7 @@ built. The ops compile side by side, one process each, each printing when it sta
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -23,9 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-JIT_OPS = ("CPUAdamBuilder", "FusedAdamBuilder")
-OP_NAMES = ("cpu_adam", "fused_adam")
+JIT_OPS = ("CPUAdamBuilder", "FusedAdamBuilder", "AsyncIOBuilder")
+OP_NAMES = ("cpu_adam", "fused_adam", "async_io")
 """The names of JIT_OPS' built libraries, in the same order."""
+AIO_OPS = ("PinMemoryBuilder", "AsyncIOBuilder")
+"""The NVMe tier's ops, in the order they load: the async I/O op resolves the pinned-memory op's
+symbols, which DeepSpeed loads first and makes global (op_builder/cpu/async_io.py `load`,
+op_builder/pin_memory_load.py)."""
+LIBAIO_HINT = "apt-get install libaio-dev (Debian/Ubuntu; RHEL: libaio-devel), then bash scripts/setup.sh"
 SHM_COMM = "deepspeed_shm_comm"
 COMPILER_HINT = "install a C++ compiler and retry (Debian/Ubuntu: apt-get install g++; then bash scripts/setup.sh)"
 
@@ -81,7 +92,7 @@ def readable_arch_list(env=os.environ) -> None:
         env["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(env["TORCH_CUDA_ARCH_LIST"])
 
 
-def preload_built_ops() -> list[str]:
+def preload_built_ops(nvme: bool = False) -> list[str]:
     """Load DeepSpeed's ops that are already built straight from their files, into DeepSpeed's
     own cache of loaded ops (`OpBuilder._loaded_ops`, op_builder/builder.py:549-551); returns
     their names.
@@ -95,14 +106,21 @@ def preload_built_ops() -> list[str]:
 
     readable_arch_list()
     loaded = []
-    for name in JIT_OPS:
+    names = [n for n in JIT_OPS if n not in AIO_OPS] + (list(AIO_OPS) if nvme else [])
+    for name in names:
         path = built_path(name)
         if path is None or path.stem in OpBuilder._loaded_ops:
             continue
         module = load_built(name)
-        if module is not None:
-            OpBuilder._loaded_ops[path.stem] = module
-            loaded.append(path.stem)
+        if module is None:
+            continue
+        OpBuilder._loaded_ops[path.stem] = module
+        loaded.append(path.stem)
+        if name == "PinMemoryBuilder":  # as DeepSpeed's own loader (pin_memory_load.py): its symbols made global
+            import ctypes
+
+            sys._deepspeed_pin_memory_op_module = module
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return loaded
 
 
@@ -172,23 +190,43 @@ def _failure(path: Path, p: subprocess.Popen, out) -> str:
     return f"DeepSpeed's op {path.stem} did not build (exit {p.returncode}):\n{tail}"
 
 
+@functools.cache
+def aio_problem() -> str | None:
+    """Why DeepSpeed's async I/O op (the NVMe tier's) cannot serve this machine, or None: it is
+    built, or it can be, libaio being here (DeepSpeed's own test: a program calling io_submit
+    compiled and linked with -laio, op_builder/cpu/async_io.py `is_compatible`)."""
+    path = built_path("AsyncIOBuilder")
+    if path is not None and path.exists():
+        return None
+    if path is None or not _builder("AsyncIOBuilder").is_compatible(verbose=False):
+        return f"the NVMe tier needs DeepSpeed's async I/O op, which needs libaio, absent here: {LIBAIO_HINT}"
+    return None
+
+
 class OpBuildError(RuntimeError):
     """An op could not be built here; the message says what to install."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m suite.ops [fused_adam] [cpu_adam]`: build the ops a CPU trial loads, or those
-    named (scripts/setup.sh runs it; the demo names fused_adam, the only one its trials load);
-    exit 1, saying what to install, if one does not build, and 2 for a name that is no op."""
+    """`python -m suite.ops [fused_adam] [cpu_adam] [async_io]`: build the ops the CPU trials load,
+    or those named (scripts/setup.sh runs it; the demo names fused_adam, the only one its trials
+    load). async_io (the NVMe tier's) only where libaio is installed: without it, one line says
+    so and the rest are built. Exit 1, saying what to install, if an op does not build, and 2 for
+    a name that is no op."""
     names = dict(zip(OP_NAMES, JIT_OPS, strict=True))
     asked = list(sys.argv[1:] if argv is None else argv) or list(OP_NAMES)
     unknown = [a for a in asked if a not in names]
     if unknown:
         print(f"error: no op {', '.join(unknown)}; the ops: {', '.join(OP_NAMES)}", file=sys.stderr)
         return 2
+    no_aio = aio_problem() if "async_io" in asked else None
+    if no_aio:
+        asked.remove("async_io")
     built = [p for p in (built_path(names[a]) for a in asked) if p is not None]
     where = built[0].parent.parent if built else "torch's extension folder"
     print(f"DeepSpeed's CPU ops ({', '.join(p.stem for p in built)}) in {where}:")
+    if no_aio:
+        print(f"  not built: async_io: {no_aio}")
     start = time.monotonic()
     try:
         took = build(tuple(names[a] for a in asked))
@@ -197,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"  built in {time.monotonic() - start:.0f} s" if took else "  already built (cached)")
     left = [n for n in OP_NAMES if n not in asked and (p := built_path(names[n])) is not None and not p.exists()]
+    left = [n for n in left if not (n == "async_io" and no_aio)]
     if left:
-        print(f"  not built now: {', '.join(left)} (offload trials load cpu_adam: the first one builds it, about a "
-              f"minute on 2 cores, or python -m suite.ops)")  # fmt: skip
+        print(f"  not built now: {', '.join(left)} (the first trial that loads one builds it, a minute or two on "
+              f"2 cores: offload trials cpu_adam, NVMe trials async_io; or python -m suite.ops)")  # fmt: skip
     return 0
 
 

@@ -15,10 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite import cluster, launch, stats, store, tracking
+from suite import cluster, launch, nvme, stats, store, tracking
 from suite.config.schema import Trial, WandbConfig
-from suite.config.validate import problems, unsupported
+from suite.config.validate import nvme_problems, problems, unsupported
 from suite.labels import describe
+from suite.methods import on_nvme
 from suite.record import Record, with_run
 
 RETRIED = ("crashed",)  # most often the environment or a bug since fixed: measured again
@@ -88,8 +89,11 @@ def refuse(found: list[str]) -> None:
 
 def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb: WandbConfig | None = None) -> Ran:
     """Run (or fetch) one trial's runs and return its stored record; log fresh runs to W&B."""
+    t = nvme.resolved(t, store_dir)
     node = node_here(t, in_sweep)
     found = problems(t)
+    if not found and node.rank == 0:
+        found = nvme_problems(t)  # this machine's drive: only for a trial that is otherwise valid
     logs = str(Path(store_dir) / "logs")
     if node.rank > 0:  # a further node of a multi-node trial: node 0 decides and records
         return Ran(follow_runs(t, node, store_dir, sweep, not found, logs))
@@ -108,6 +112,10 @@ def run_one(t: Trial, store_dir: str, sweep: str, in_sweep: bool, wandb: WandbCo
             if not wants_run(rec, t):
                 break
             why = unsupported(t)
+            if why and not in_sweep and on_nvme(t):
+                # A missing library the user installs with one command: refused as bad input is.
+                print(f"Cannot run this trial here: {why}", file=sys.stderr)
+                sys.exit(2)
             if why:
                 rec = Record.new(t, sweep, "unsupported", why, {}, 0.0)
                 store.save(store_dir, rec)
@@ -147,10 +155,17 @@ def summary_line(ran: Ran, t: Trial) -> str:
     kernels = f", kernels {rec.figure('kernel_path')}" if rec.figure("kernel_path") else ""
     w = rec.figure("step_time_within_std_s")
     within = f"; ±{100 * w / rec.step_time_s:.1f}% within a run" if w is not None else ""
+    nvme = ""
+    if rec.figure("nvme_read_bytes_per_step") is not None:
+        nvme = (
+            f", NVMe {rec.figure('nvme_read_bytes_per_step') / 1e6:,.1f} MB read + "
+            f"{rec.figure('nvme_write_bytes_per_step') / 1e6:,.1f} MB written/step "
+            f"({rec.figure('nvme_read_gbps'):.2f} + {rec.figure('nvme_write_gbps'):.2f} GB/s)"
+        )
     line = (
         f"{head} | step {rec.step_time_s:.3f} s ({rec.measured_phrase()}{within})"
         f"{' NOISY' if rec.figure('noisy') else ''}, {rec.tokens_per_s:,.0f} {unit}/s, MFU {mfu}, "
-        f"peak {rec.peak_mem_gib:.2f} GiB{kernels} ({source})"
+        f"peak {rec.peak_mem_gib:.2f} GiB{nvme}{kernels} ({source})"
     )
     wrong = rec.figure("profile_mismatch")
     if wrong:

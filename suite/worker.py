@@ -22,6 +22,7 @@ from suite import metrics
 from suite.config import Trial
 from suite.detect import memory_cap_gib
 from suite.files import write_json
+from suite.methods import on_nvme
 
 EXTRA_WARMUP = 20  # warm-up steps allowed past measure.warmup_steps for compiles and the fp16 loss scale to settle
 # Out-of-memory in an error's text (lower case), where it is not a MemoryError or
@@ -104,6 +105,16 @@ def peaks(cuda: bool) -> dict[str, float]:
     return out
 
 
+def io_bytes() -> tuple[int, int]:
+    """(read_bytes, write_bytes): what this process, all its threads, has had the storage layer
+    fetch and send so far (/proc/self/io; proc(5)). DeepSpeed's async I/O threads open the NVMe
+    tier's swap files with O_DIRECT (csrc/aio/common/deepspeed_aio_common.cpp), past the page
+    cache, so these count what the drive moved."""
+    with open("/proc/self/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["read_bytes"]), int(fields["write_bytes"])
+
+
 @dataclass
 class Window:
     """Which steps warm up, which are timed, and the counts recorded about them.
@@ -155,6 +166,9 @@ class Timings:
     optimizer_s: list[float]
     losses: list[float]
     first_loss: float | None
+    io: dict[str, float] | None = None
+    """This rank's storage traffic over the window (`io_bytes`): read and written bytes, the
+    window's seconds and steps (kept and discarded alike)."""
 
 
 def device_of(t: Trial, local_rank: int):
@@ -218,6 +232,7 @@ def timed_window(t: Trial, eng, pool: list, device, sync, rank: int, w: Window) 
 
     out = Timings([], [], [], [], None)
     k = 0
+    io_start = None
     while w.kept < t.measure.timed_steps:
         if w.first_timed and rank == t.debug.fault_rank:
             inject(t.debug.fault)
@@ -240,6 +255,16 @@ def timed_window(t: Trial, eng, pool: list, device, sync, rank: int, w: Window) 
             out.losses.append(loss)
         elif w.timing and not was_timing:
             reset_peaks(t.hardware.device == "cuda")  # the timed window's peaks start here
+            io_start = (io_bytes(), time.perf_counter())
+    if io_start is not None:
+        (read0, write0), start = io_start
+        read1, write1 = io_bytes()
+        out.io = {
+            "read_bytes": read1 - read0,
+            "write_bytes": write1 - write0,
+            "window_s": time.perf_counter() - start,
+            "steps": w.kept + w.discarded,
+        }
     return out
 
 
@@ -254,7 +279,7 @@ def slowest_rank(tm: Timings, device, gas: int) -> Timings:
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     times = both.cpu().tolist()
     micro = [[times[2 + j][i] for j in range(gas - 1)] for i in range(n)]
-    return Timings(micro, times[0], times[1], tm.losses, tm.first_loss)
+    return Timings(micro, times[0], times[1], tm.losses, tm.first_loss, tm.io)
 
 
 def probe_speed(device, sync) -> float | None:
@@ -316,10 +341,15 @@ def run(t: Trial, rank: int, world: int, local_rank: int) -> dict | None:
         mem["device_name"] = torch.cuda.get_device_name()
     per_rank = [None] * world
     dist.all_gather_object(per_rank, mem)
+    io_per_rank = [None] * world
+    if on_nvme(t):
+        dist.all_gather_object(io_per_rank, tm.io)
     if rank != 0:
         return None
     out = metrics.step_metrics(t, tm.micro_s, tm.boundary_s, tm.optimizer_s, flops, hw_flops)
     out.update(metrics.memory(per_rank, cuda))
+    if on_nvme(t):
+        out.update(metrics.nvme(io_per_rank))
     out.update(
         eng.record(),
         memory_cap=cap,

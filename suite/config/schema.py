@@ -20,6 +20,7 @@ Precision = Literal["fp32", "bf16", "fp16"]
 Attention = Literal["eager", "sdpa", "flash_attention_2", "none"]
 Engine = Literal["deepspeed", "fsdp2"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
+OffloadDevice = Literal["cpu", "nvme"]
 Recompute = Literal["none", "full", "selective"]
 Optimizer = Literal["engine", "torch_fused"]
 Device = Literal["cpu", "cuda"]
@@ -31,6 +32,7 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
 ENGINES: tuple[str, ...] = get_args(Engine)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
+OFFLOAD_DEVICES: tuple[str, ...] = get_args(OffloadDevice)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -40,7 +42,7 @@ GPU_COUNTS = (1, 2, 4, 8)
 TASKS = dict(zip(get_args(Task), ("token", "token", "image", "token", "token"), strict=True))
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
 (an image has no token count common to every architecture: a ViT sees patches, a ConvNeXt pixels)."""
-PREDICTION_ONLY = ("memory_gbps", "link", "link_gbps", "host_gbps", "bandwidth_source")
+PREDICTION_ONLY = ("memory_gbps", "link", "link_gbps", "host_gbps", "bandwidth_source", "host")
 """HardwareConfig fields read by the predictor only (suite.predict), left out of Trial.id."""
 
 
@@ -99,6 +101,34 @@ class ModelConfig:
 
 
 @dataclass
+class HostConfig:
+    """The host of one node, per node: what offload keeps in its memory, CPU Adam's pace, and the
+    NVMe drive the NVMe tier swaps to. Datasheet-style defaults with their source in each GPU
+    profile's `host:` block (conf/hardware/); 0 where not known (a CPU profile's host is this
+    machine: `suite-predict calibrate` measures its CPU Adam and NVMe). For predictions only: not
+    in a trial's id (`PREDICTION_ONLY`)."""
+
+    mem_gib: float = 0.0
+    """Host memory of the node, GiB: what offloaded states (and the NVMe tier's pinned buffers)
+    must fit in, with every rank of the node."""
+    mem_gbps: float = 0.0
+    """Host memory bandwidth of the node, GB/s (all channels of all sockets)."""
+    cores: int = 0
+    """CPU cores of the node (CPU Adam runs on them, shared by the node's ranks)."""
+    adam_elements_per_s: float = 0.0
+    """DeepSpeedCPUAdam parameters per second with the whole node's cores (cited, or measured by
+    `suite-predict calibrate` on that node); 0: from `mem_gbps` (CPU Adam streams its states)."""
+    nvme_gib: float = 0.0
+    """Capacity of the NVMe drive(s) the NVMe tier swaps to, GiB (0: none)."""
+    nvme_read_gbps: float = 0.0
+    """Read bandwidth DeepSpeed's async I/O reaches on that drive, GB/s."""
+    nvme_write_gbps: float = 0.0
+    """Write bandwidth DeepSpeed's async I/O reaches on that drive, GB/s."""
+    source: str = ""
+    """Where these figures come from."""
+
+
+@dataclass
 class HardwareConfig:
     """A compute budget: N GPUs of one type, or N CPU worker processes."""
 
@@ -128,6 +158,8 @@ class HardwareConfig:
     """Per-device bandwidth to the host (PCIe x16), one direction, GB/s: offload transfers."""
     bandwidth_source: str = ""
     """Where the three bandwidths come from."""
+    host: HostConfig = field(default_factory=HostConfig)
+    """The node's host: memory, CPU Adam, NVMe (offload and the NVMe tier); `HostConfig`."""
 
 
 @dataclass
@@ -150,6 +182,14 @@ class MethodsConfig:
     offload: Offload = "none"
     """none, optimizer (DeepSpeed ZeRO >= 1) or optimizer+params (DeepSpeed ZeRO-3; under fsdp2
     FSDP2's CPUOffloadPolicy, which keeps parameters, gradients and optimizer state on the host)."""
+    offload_device: OffloadDevice = "cpu"
+    """Where `offload` puts what it offloads, in DeepSpeed's words: cpu (host memory) or nvme
+    (ZeRO-Infinity: DeepSpeed's async I/O swaps the optimizer states, and under optimizer+params
+    the parameters, to files under `nvme_path`; ZeRO-3 only). Not in the id at its default."""
+    nvme_path: str = ""
+    """A folder on the NVMe drive: each trial swaps into its own `<nvme_path>/<trial id>`, removed
+    after it whatever its outcome; empty: `<store.dir>/nvme`, filled in when the trial runs
+    (`suite.nvme`). Where, not what: not in the id; the record keeps it."""
     recompute: Recompute = "none"
     """Activation recomputation: none, full (every block keeps only its input) or selective (every
     block keeps its matmuls' and attention's outputs and recomputes the rest: PyTorch's selective
@@ -339,13 +379,15 @@ class Trial:
     def from_json(cls, d: dict[str, Any]) -> Trial:
         model = dict(d["model"])
         model["recipe"] = RecipeConfig(**model["recipe"])
+        hardware = dict(d["hardware"])
+        hardware["host"] = HostConfig(**hardware.get("host") or {})
         methods = MethodsConfig(**d["methods"])
         if methods.engine == "fsdp2" and methods.reshard_after_forward is None:
             # The engine's default, written out once so that both spellings are one trial (one id).
             methods.reshard_after_forward = True
         return cls(
             model=ModelConfig(**model),
-            hardware=HardwareConfig(**d["hardware"]),
+            hardware=HardwareConfig(**hardware),
             methods=methods,
             measure=MeasureConfig(**d["measure"]),
             debug=DebugConfig(**d.get("debug", {})),
@@ -371,6 +413,9 @@ class Trial:
             del me["tf32"]  # ids predate the setting; where TF32 does not run, it changes nothing
         if not me["reduce_every_micro_step"]:
             del me["reduce_every_micro_step"]  # ids predate the field and stay as they were
+        if me["offload_device"] == "cpu":
+            del me["offload_device"]  # ids predate the NVMe tier and stay as they were
+        del me["nvme_path"]  # where the swap files go, not what is measured
         if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
             del me["engine"], me["reshard_after_forward"]  # DeepSpeed ids predate the engine and stay as they were
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

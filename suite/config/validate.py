@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
+import shutil
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from suite import stats
@@ -23,6 +26,7 @@ from suite.config.schema import (
     ENGINES,
     FAULTS,
     GPU_COUNTS,
+    OFFLOAD_DEVICES,
     OFFLOADS,
     OPTIMIZERS,
     PRECISIONS,
@@ -33,8 +37,11 @@ from suite.config.schema import (
     Trial,
 )
 from suite.detect import gpu_mem_gib, local_gpus, memory_cap_gib
+from suite.methods import on_nvme, swap_dir
 from suite.models.arch import arch, attention
 from suite.models.config import SUITE_FIELDS, ModelError, config_class, fields, hf_config, int_field
+from suite.ops import aio_problem
+from suite.predict.memory import nvme_bytes
 
 
 def _positive_fields(cfg_class, f: dict[str, Any]) -> list[str]:
@@ -186,6 +193,11 @@ def _engine_problems(me: MethodsConfig) -> list[str]:
                 "methods.optimizer=torch_fused applies to methods.engine=deepspeed only: FSDP2's own optimizer "
                 "is torch's fused AdamW already; leave methods.optimizer=engine"
             )
+        if me.offload_device == "nvme":
+            p.append(
+                "methods.offload_device=nvme is DeepSpeed's (ZeRO-Infinity, ZeRO-3); FSDP2's CPUOffloadPolicy offloads "
+                "to host memory only: set methods.engine=deepspeed methods.zero_stage=3, or methods.offload_device=cpu"
+            )
     elif me.engine == "deepspeed":
         if me.reduce_every_micro_step:
             p.append(
@@ -201,6 +213,16 @@ def _engine_problems(me: MethodsConfig) -> list[str]:
             p.append(f"methods.offload={me.offload} needs sharding; set methods.zero_stage to 1, 2 or 3")
         if me.offload == "optimizer+params" and me.zero_stage != 3:
             p.append(f"methods.offload=optimizer+params needs methods.zero_stage=3 (got {me.zero_stage})")
+        if me.offload_device == "nvme" and me.offload != "none" and me.zero_stage != 3:
+            p.append(
+                f"methods.offload_device=nvme needs methods.zero_stage=3 (got {me.zero_stage}): only ZeRO-3's "
+                "optimizer swaps to NVMe (DeepSpeed 0.19.8 stage3.py; ZeRO-1/2 would keep the states in host memory)"
+            )
+    if me.offload_device == "nvme" and me.offload == "none":
+        p.append(
+            "methods.offload_device=nvme says where offloaded states go, and methods.offload=none offloads nothing: "
+            "set methods.offload=optimizer (or optimizer+params) with methods.zero_stage=3"
+        )
     return p
 
 
@@ -235,6 +257,7 @@ def problems(t: Trial) -> list[str]:
     _choice(p, "methods.engine", me.engine, ENGINES)
     _choice(p, "methods.zero_stage", me.zero_stage, ZERO_STAGES)
     _choice(p, "methods.offload", me.offload, OFFLOADS)
+    _choice(p, "methods.offload_device", me.offload_device, OFFLOAD_DEVICES)
     _choice(p, "methods.recompute", me.recompute, RECOMPUTES)
     _choice(p, "methods.attention", me.attention, ATTENTIONS)
     _choice(p, "methods.optimizer", me.optimizer, OPTIMIZERS)
@@ -310,6 +333,10 @@ def unsupported(t: Trial, capability: tuple[int, int] | None = None) -> str | No
     cuda = t.hardware.device == "cuda"
     if t.methods.engine == "fsdp2" and t.methods.offload != "none" and not cuda:
         return "FSDP2's CPUOffloadPolicy moves sharded state from an accelerator to the host; a CPU budget has none"
+    if on_nvme(t):
+        why = aio_problem()
+        if why:
+            return why
     if attention(t) == "flash_attention_2":
         if not cuda:
             return "flash-attn needs a CUDA GPU; it is unavailable on CPU"
@@ -354,3 +381,41 @@ def cap_above_devices(t: Trial) -> str | None:
                 f"a cap can only lower it; set at most {gib:.2f}"
             )
     return None
+
+
+def nvme_problems(t: Trial) -> list[str]:
+    """Why this machine's drive cannot take an NVMe trial's swap, before it launches (a single run
+    exits 2 naming them; a sweep records `invalid`): its folder (`suite.methods.swap_dir`, under
+    `methods.nvme_path`) cannot be made or written, its filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does;
+    DeepSpeed's async I/O opens every swap file with it), or it has less free space than the
+    predicted swap of the node's ranks (`suite.predict.memory.nvme_bytes`)."""
+    if not on_nvme(t):
+        return []
+    folder = Path(swap_dir(t))
+    where = f"methods.nvme_path={t.methods.nvme_path}"
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return [f"{where}: {existing} is not a folder this user can write; give a writable folder on the NVMe drive"]
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".o_direct"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | getattr(os, "O_DIRECT", 0), 0o600)
+        os.close(fd)
+        probe.unlink()
+    except OSError as e:
+        return [
+            f"{where}: cannot create a swap file with O_DIRECT in {folder} ({e.strerror}); DeepSpeed's async I/O "
+            "needs a filesystem that allows it: give a folder on the NVMe drive"
+        ]
+    finally:
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+    need = nvme_bytes(t) * t.hardware.count  # the node's ranks, on one drive
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        return [
+            f"{where}: {free / 2**30:.1f} GiB free on its filesystem, less than the {need / 2**30:.1f} GiB this "
+            f"trial's {t.hardware.count} rank(s) swap (predicted); free space or give a folder on a larger drive"
+        ]
+    return []

@@ -30,7 +30,10 @@ What a prediction reports, and how it compares with what the worker measures:
                          under a memory cap (`suite.detect.memory_cap_gib`) what the cap holds:
                          the caching allocator's memory alone, the context and NCCL's buffers
                          being outside it (the overheads not counted in memory_allocated)
-    fits                 device_gib <= hardware.mem_gib (a CPU worker without a budget fits)
+    fits                 every tier holds what it must: device_gib <= hardware.mem_gib (a CPU worker
+                         without a budget fits), the node's ranks' host_gib <= hardware.host.mem_gib
+                         (offload on a GPU) and their nvme_gib <= hardware.host.nvme_gib (the NVMe
+                         tier); `short_of` names the first tier that does not
     step_time_s          (GAS-1) * t_micro + t_boundary + t_optimizer, as suite.metrics composes it
 
 A prediction is a prediction: `suite-predict` and the report label it so, show it with the
@@ -111,6 +114,11 @@ class Prediction:
     host_gib: float
     """Per rank in the host's memory under offload (GPU); 0 otherwise."""
     machine: str
+    nvme_gib: float = 0.0
+    """Per rank on the NVMe drive (the NVMe tier); 0 otherwise."""
+    short_of: str = ""
+    """The tier that does not hold what it must: "device memory", "host memory" or "NVMe";
+    empty where the trial fits."""
     memory_terms: dict[str, list] = field(default_factory=dict)
     time_detail: dict[str, float] = field(default_factory=dict)
     n_params: int = 0
@@ -182,7 +190,9 @@ class Predictor:
             device = reserved + fixed
             host_gib = Layout.total(lay.host) / GIB
         capacity = t.hardware.mem_gib
-        fits = capacity <= 0 or (device if cpu else needed) / GIB <= capacity
+        nvme_gib = memory.Layout.total(lay.nvme) / GIB
+        short_of = tier_short(t, (device if cpu else needed) / GIB, host_gib, nvme_gib)
+        fits = not short_of
         parts = timing.step_parts(t, tr, m, t.nodes, self.network, impl)
         step = parts.step_time_s
         tokens = t.model.recipe.global_batch * t.tokens_per_sample
@@ -197,6 +207,7 @@ class Predictor:
             "optimizer": [[x.name, x.bytes / GIB, x.source] for x in lay.optimizer],
             "build": [[x.name, x.bytes / GIB, x.source] for x in lay.build],
             "host": [[x.name, x.bytes / GIB, x.source] for x in lay.host],
+            "nvme": [[x.name, x.bytes / GIB, x.source] for x in lay.nvme],
             "activations": [["traced micro-step", lay.activations / GIB, "suite.predict.trace"]],
         }
         return Prediction(
@@ -216,6 +227,8 @@ class Predictor:
             mfu=mfu,
             host_gib=host_gib,
             machine=m.source,
+            nvme_gib=nvme_gib,
+            short_of=short_of,
             memory_terms=terms,
             time_detail=parts.detail,
             n_params=tr.n_params,
@@ -291,6 +304,23 @@ class Predictor:
         """The search's interface: what must fit, and seconds per step."""
         p = self.predict(t)
         return Estimate(p.device_gib, p.step_time_s)
+
+
+def tier_short(t: Trial, device_gib: float, host_gib: float, nvme_gib: float) -> str:
+    """The first tier of the memory hierarchy that cannot hold what a trial keeps there, or "":
+    the device (`hardware.mem_gib`; a CPU worker without a budget holds anything), then on a GPU
+    the node's host memory for its ranks' offloaded states (`hardware.host.mem_gib`, 0: not
+    checked), then the node's NVMe drive for their swap (`hardware.host.nvme_gib`: a GPU profile
+    without one holds nothing; a CPU profile's drive is checked before launching instead,
+    `suite.config.validate.nvme_problems`)."""
+    hw = t.hardware
+    if hw.mem_gib > 0 and device_gib > hw.mem_gib:
+        return "device memory"
+    if hw.device == "cuda" and hw.host.mem_gib > 0 and host_gib * hw.count > hw.host.mem_gib:
+        return "host memory"
+    if nvme_gib > 0 and (hw.device == "cuda" or hw.host.nvme_gib > 0) and nvme_gib * hw.count > hw.host.nvme_gib:
+        return "NVMe"
+    return ""
 
 
 def published_error(kind: str) -> dict | None:

@@ -34,7 +34,9 @@ A prediction gives memory as each figure is published: allocated (`torch.cuda.ma
 tensors and cuBLAS workspaces), reserved (the allocator's: allocated x slack) and the device's
 (nvidia-smi: reserved + CUDA context + NCCL), which is also what must fit.
 
-A GPU host's CPU Adam (offload) has no datasheet: it is this machine's, if calibrated.
+A GPU profile's host (offload, the NVMe tier) is its `host:` block (conf/hardware, each figure
+with its source): CPU Adam's pace over the node's cores, the NVMe drive's read and write
+bandwidth; a calibration of that profile on its own node measures both instead (`suite.calibrate`).
 """
 
 from __future__ import annotations
@@ -111,6 +113,14 @@ class Machine:
     DeepSpeedCPUAdam on the host), "torch_fused" (torch AdamW fused=True)."""
     host_bps: float = 0.0
     """Device-host copy bandwidth (offload), bytes/s."""
+    host_adam_elements_per_s: float = 0.0
+    """GPU: the node's host stepping DeepSpeedCPUAdam with all its cores, parameters/s (offload):
+    the profile's `host.adam_elements_per_s`, or a calibration's per-rank rate times its ranks."""
+    nvme_read_bps: float = 0.0
+    """The node's NVMe drive as DeepSpeed's async I/O reads it, bytes/s (the NVMe tier): the
+    profile's `host.nvme_read_gbps`, or measured by `suite-predict calibrate`; 0: not known."""
+    nvme_write_bps: float = 0.0
+    """The same, writing."""
     runtime_bytes: dict[str, float] = field(default_factory=dict)
     """CPU: the worker's resident memory above its imported runtime with a model of almost no
     parameters, per engine ("zero0".."zero3", "fsdp2"): what a trial holds beyond its tensors."""
@@ -199,8 +209,22 @@ def datasheet(t: Trial) -> Machine:
         link=link,
         adam_elements_per_s={"deepspeed": fused, "torch_fused": fused, "torch": fused},
         host_bps=hw.host_gbps * 1e9,
+        host_adam_elements_per_s=host_adam(hw.host),
+        nvme_read_bps=hw.host.nvme_read_gbps * 1e9,
+        nvme_write_bps=hw.host.nvme_write_gbps * 1e9,
         overhead=_gpu_overhead(t),
     )
+
+
+CPU_ADAM_BYTES = 28
+"""Bytes DeepSpeedCPUAdam streams per parameter: it reads the fp32 parameter, gradient and two
+moments and writes the parameter and moments back (csrc/adam/cpu_adam_impl.cpp)."""
+
+
+def host_adam(host) -> float:
+    """The node's CPU Adam in parameters/s: as its profile cites it, else the most its memory
+    bandwidth can stream (`CPU_ADAM_BYTES` a parameter); 0 where neither is known."""
+    return host.adam_elements_per_s or host.mem_gbps * 1e9 / CPU_ADAM_BYTES
 
 
 def calibration_key(hw) -> str:
@@ -222,14 +246,6 @@ def load_calibration(key: str, host: str | None = None) -> Machine | None:
 
 def save_calibration(m: Machine, key: str) -> Path:
     return write_json(calibration_path(key), m.to_json(), indent=1)
-
-
-def host_calibrations() -> list[Machine]:
-    """Every calibration made on this machine."""
-    folder = calibration_path("any").parent
-    return (
-        [Machine.from_json(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
-    )
 
 
 def engine_key(methods) -> str:
@@ -283,10 +299,14 @@ def machine_for(t: Trial, host: str | None = None) -> Machine:
                 "collectives",
                 "adam_elements_per_s",
                 "host_bps",
+                "nvme_read_bps",
+                "nvme_write_bps",
                 "step_scale",
             ):
                 if getattr(cal, k):
                     setattr(sheet, k, getattr(cal, k))
+            if cal.adam_elements_per_s.get("deepspeed_cpu"):  # measured on each rank at once: the node's share
+                sheet.host_adam_elements_per_s = cal.adam_elements_per_s["deepspeed_cpu"] * cal.ranks
             return sheet
         return cal
     if t.hardware.device == "cuda":

@@ -67,6 +67,15 @@ Offload (`offload_optimizer`, ZeRO >= 1): master weights, moments and fp32 gradi
 partitions live in the host's memory (pinned on a GPU); `optimizer+params` (ZeRO-3) moves the
 parameter partitions there too. On a CPU worker host and device are the same memory.
 
+The NVMe tier (`methods.offload_device=nvme`, ZeRO-3, DeepSpeed's swappers): each optimizer
+sub-group (`suite.methods.sub_groups`) of at least 1 MiB of fp32 keeps its fp32 parameter, two
+moments and fp32 gradient on the drive, 16 bytes an element (stage3.py:1117-1128,
+optimizer_utils.py `swap_out_gradients`), through 4 pinned host buffers of the largest sub-group
+(partitioned_optimizer_swapper.py:79-110); under optimizer+params each parameter partition of at
+least 1 MiB too (partition_parameters.py:1820-1826, `max_in_cpu` 0), through 5 pinned buffers
+(`offload_param.buffer_size`) and one of the largest sub-group's 16-bit parameters for their
+swap-out after the step (stage3.py:1005-1018). What is smaller stays in host memory.
+
 FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N and moments 8P/N (torch's fused
 AdamW, no temporaries) through the window; fp32 gradient shards 4P/N only from the boundary's
 reduce-scatter, which makes them unit by unit as it frees the unsharded gradients it reduces
@@ -94,7 +103,7 @@ import math
 from suite import methods
 from suite.config import Trial
 from suite.predict.peaks import Layout, Term, arrived, at_peak, order
-from suite.predict.trace import Trace
+from suite.predict.trace import Trace, traced
 
 ALLREDUCE_BUCKET = 500_000_000
 """Elements of ZeRO-0's gradient all-reduce buffer (MEMORY_OPT_ALLREDUCE_SIZE, engine.py:3073)."""
@@ -254,6 +263,65 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     return lay
 
 
+def swapped(t: Trial, tr: Trace) -> tuple[float, float]:
+    """(optimizer elements, parameter elements) one rank swaps to the NVMe drive: the sub-groups
+    and the partitions of at least `methods.MIN_SWAP_BYTES` (fp32 and the trial's dtype)."""
+    if not methods.on_nvme(t):
+        return 0.0, 0.0
+    opt = sum(g for g in methods.sub_groups(t, tr.param_numels) if 4 * g >= methods.MIN_SWAP_BYTES)
+    if t.methods.offload != "optimizer+params":
+        return opt, 0.0
+    w = bytes_per_element(t.precision)
+    return opt, sum(x for x in methods.partitions(t, tr.param_numels) if w * x >= methods.MIN_SWAP_BYTES)
+
+
+def nvme_terms(t: Trial, tr: Trace) -> list[Term]:
+    """What one rank keeps on the NVMe drive (the module's docstring)."""
+    opt, par = swapped(t, tr)
+    out = []
+    if opt:
+        states = "fp32 parameters, moments and gradients of the swapped sub-groups"
+        out.append(Term(states, 16 * opt, "stage3.py:1117-1128"))
+    if par:
+        w = bytes_per_element(t.precision)
+        out.append(Term("swapped parameter partitions", w * par, "partition_parameters.py:1820-1826"))
+    return out
+
+
+def nvme_bytes(t: Trial) -> float:
+    """Bytes one rank of an NVMe trial swaps to the drive (0 for any other trial): what the drive
+    must have free (`suite.config.validate.nvme_problems`)."""
+    if not methods.on_nvme(t):
+        return 0.0
+    tr = traced(t.model, t.methods.attention, "none", t.precision)
+    return Layout.total(nvme_terms(t, tr))
+
+
+def _nvme_buffers(t: Trial, tr: Trace) -> list[Term]:
+    """The NVMe tier's pinned host buffers, per rank (the module's docstring)."""
+    if not methods.on_nvme(t):
+        return []
+    sizes = methods.nvme_sizes(t, tr.param_numels)
+    out = [
+        Term(
+            "optimizer swap buffers (pinned, fp32)",
+            4 * methods.OPTIMIZER_SWAP_BUFFERS * sizes.largest_sub_group,
+            "partitioned_optimizer_swapper.py:79-110",
+        )
+    ]
+    if t.methods.offload == "optimizer+params":
+        w = bytes_per_element(t.precision)
+        out.append(
+            Term(
+                "parameter swap buffers (pinned)",
+                w * methods.PARAM_SWAP_BUFFERS * sizes.param_buffer,
+                "partitioned_param_swapper.py:104-130",
+            )
+        )
+        out.append(Term("parameter swap-out buffer (pinned)", w * sizes.largest_sub_group, "stage3.py:1005-1018"))
+    return out
+
+
 def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
     part, buckets = p / n, methods.bucket_sizes(t)
@@ -261,8 +329,13 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
     persistent = sum(x for x in tr.param_numels if x < threshold)
     sharded = p - persistent
+    swap_opt, swap_par = swapped(t, tr)
+    lay.nvme.extend(nvme_terms(t, tr))
+    lay.host.extend(_nvme_buffers(t, tr))
     where = lay.host if off_par else lay.steady
-    where.append(Term("parameter partitions", w * sharded / n, "runtime/zero/partition_parameters.py (ds_tensor)"))
+    where.append(
+        Term("parameter partitions", w * (sharded / n - swap_par), "runtime/zero/partition_parameters.py (ds_tensor)")
+    )
     lay.steady.append(
         Term(
             "persistent parameters (below the threshold), whole",
@@ -270,8 +343,9 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
             "stage3.py param_persistence_threshold",
         )
     )
-    master = [Term("fp32 master partition (a copy, under fp32 too)", 4 * part, "stage3.py:1168-1172")]
-    opt_terms = master + [Term("AdamW moments of the partition", 8 * part, "fp32 exp_avg, exp_avg_sq")]
+    kept = part - swap_opt  # the optimizer's elements not swapped to the drive
+    master = [Term("fp32 master partition (a copy, under fp32 too)", 4 * kept, "stage3.py:1168-1172")]
+    opt_terms = master + [Term("AdamW moments of the partition", 8 * kept, "fp32 exp_avg, exp_avg_sq")]
     (lay.host if off_opt else lay.steady).extend(opt_terms)
     grads = Term("gradient partition buffer", w * part, "stage3.py:791-793")
     (lay.host if off_opt else lay.steady).append(grads)
@@ -298,11 +372,18 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
         flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
         fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
         lay.optimizer = max(([fp64], [flat] + fp32, fp32 or [flat]), key=Layout.total)
-    if t.hardware.device == "cuda":
+    if t.hardware.device == "cuda" and off_par:  # zero.Init moves each partition to the host as it is made
+        lay.build.append(
+            Term("one parameter whole while partitioned", w * max(tr.param_numels), "partition_parameters.py")
+        )
+    elif t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
         lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
-    lay.build.append(Term("optimizer init gradient buffer", 4 * part, "stage3.py:1302-1306"))
+    # the largest sub-group's fp32 gradient, on the optimizer's device (the host under offload, stage3.py:333)
+    largest = max(methods.sub_groups(t, tr.param_numels))
+    init = Term("optimizer init gradient buffer", 4 * largest, "stage3.py:1302-1306")
+    (lay.host if off_opt else lay.build).append(init)
 
 
 def fsdp2_layout(t: Trial, tr: Trace) -> Layout:

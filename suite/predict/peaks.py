@@ -46,6 +46,8 @@ class Layout:
     """The peak of building the model and initialising the engine."""
     host: list[Term] = field(default_factory=list)
     """Offloaded to the host's memory (a GPU's host; counted on the device for a CPU worker)."""
+    nvme: list[Term] = field(default_factory=list)
+    """Swapped to the NVMe drive (the NVMe tier), per rank."""
     activations: float = 0.0
     """The micro-step's live bytes at its peak moment (with `backward`)."""
 

@@ -67,12 +67,11 @@ from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import (
     NCCL_STEP_LATENCY_S,
     Machine,
-    host_calibrations,
     interpolate,
     loop_scale,
     loop_sync,
 )
-from suite.predict.memory import REUSE_DISTANCE, bytes_per_element
+from suite.predict.memory import REUSE_DISTANCE, bytes_per_element, swapped
 from suite.predict.operators import ATTENTION_PREFIX, MATMULS, VIEWS
 from suite.predict.trace import Trace
 
@@ -351,17 +350,30 @@ def _zero12(c: _Comm, detail: dict[str, float]) -> Traffic:
     return (0.0, reduce, 0, len(flushes)) if c.t.methods.zero_stage == 1 else (reduce, 0.0, len(flushes), 0)
 
 
+def _gathered(t: Trial, tr: Trace) -> tuple[list[int], float]:
+    """ZeRO-3's gathered units (each module's parameters above the persistence threshold) and how
+    many times a micro-step gathers them: once, and again in backward beyond the reuse distance."""
+    threshold = methods.bucket_sizes(t).get("stage3_param_persistence_threshold", 0)
+    units = [u for u in (sum(x for x in mod if x >= threshold) for mod in tr.module_params) if u]
+    sharded = sum(units)
+    return units, (1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0)
+
+
 def _zero3(c: _Comm, compute: float, detail: dict[str, float], host: float = 0.0) -> Traffic:
     """ZeRO-3: each module's parameters gathered in forward (and in backward what the reuse
     distance let go), gradients reduce-scattered in buckets at every micro-step. On a GPU the
     engine's hooks add `gpu.ZERO3_HOOK_S` of host time per collective to the host's dispatch
-    (`host`), and the micro-step lasts the longer of the host's time and the GPU's."""
+    (`host`), and the micro-step lasts the longer of the host's time and the GPU's.
+
+    Under optimizer+params on a GPU each gathered partition first comes up the host link, which
+    DeepSpeed prefetches with the gathers (hidden as they are); under the NVMe tier it is read
+    from the drive first, unprefetched (`suite.methods.deepspeed_config` turns prefetch off
+    there), so the drive's read and the link's copy add to the micro-step on any device."""
     w = bytes_per_element(c.t.precision)
     buckets = methods.bucket_sizes(c.t)
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
-    units = [u for u in (sum(x for x in mod if x >= threshold) for mod in c.tr.module_params) if u]
+    units, passes = _gathered(c.t, c.tr)
     sharded = sum(units)
-    passes = 1 + max(0.0, 1 - REUSE_DISTANCE / sharded) if sharded else 0
     # each gather fills a new full-size buffer
     gathers = passes * (c.coll("all_gather", [w * u for u in units]) + c.fresh([w * u for u in units]))
     order = [x for mod in reversed(c.tr.module_params) for x in reversed(mod) if x >= threshold]
@@ -369,9 +381,20 @@ def _zero3(c: _Comm, compute: float, detail: dict[str, float], host: float = 0.0
     scatter = c.coll("reduce_scatter", [w * x for x in flushes]) + c.fresh([w * x for x in flushes])
     detail["all_gathers"] = passes * len(units)
     comm, n = gathers + scatter, passes * len(units) + len(flushes)
+    uplink = passes * w * sharded / c.t.devices / c.m.host_bps if c.m.host_bps else 0.0
+    offloaded = c.m.kind == "cuda" and c.t.methods.offload == "optimizer+params"
+    nvme = methods.on_nvme(c.t)
+    if offloaded and not nvme:
+        comm += uplink
     micro = (max(0.0, comm - compute) if c.m.kind == "cuda" else comm) + c.overhead(
         passes * len(units) + OPS_PER_BUCKET * len(flushes)
     )
+    if nvme and c.t.methods.offload == "optimizer+params":
+        _, par = swapped(c.t, c.tr)
+        read = passes * w * par * c.t.hardware.count
+        micro += read / c.m.nvme_read_bps if c.m.nvme_read_bps else math.nan
+        micro += uplink if offloaded else 0.0
+        detail["nvme_param_read_s"] = read / c.m.nvme_read_bps if c.m.nvme_read_bps else math.nan
     if c.m.kind == "cuda" and "sync" not in c.m.step_scale.get("zero3", {}):  # a datasheet GPU: no loop measured
         detail["zero3_host_s"] = host + n * gpu.ZERO3_HOOK_S
         micro += max(0.0, detail["zero3_host_s"] - compute - micro)
@@ -498,7 +521,15 @@ def loop_optimizer_seconds(t: Trial, tr: Trace, m: Machine, impl: Implementation
 def optimizer_seconds(
     t: Trial, tr: Trace, m: Machine, nodes: int, net: Network, impl: Implementation = SUITE
 ) -> tuple[float, dict[str, float]]:
-    """The engine's step after the boundary micro-step: norm, update, and what follows."""
+    """The engine's step after the boundary micro-step: norm, update, and what follows.
+
+    Under offload on a GPU the update is DeepSpeed's CPU Adam on the host, every rank of a node
+    stepping its partition at once on the node's cores (`Machine.host_adam_elements_per_s`),
+    after its gradients come down the host link (16-bit under ZeRO-1/2, converted to fp32 on the
+    device under ZeRO-3: stage3.py `_offload_grad_partition_at_boundary`) and before the updated
+    16-bit parameters go back up (not under optimizer+params, whose parameters stay on the host);
+    the step waits for both (`offload_seconds`). Under the NVMe tier the optimizer's sub-groups
+    are read from the drive and written back around their update (`nvme_seconds`)."""
     me = t.methods
     n, w, p = t.devices, bytes_per_element(t.precision), tr.n_params
     if impl.states != "engine" and m.kind == "cuda" and me.engine == "deepspeed" and me.zero_stage == 0:
@@ -510,17 +541,17 @@ def optimizer_seconds(
     rate = m.adam_elements_per_s.get(kind)
     detail: dict[str, float] = {}
     if offload:
-        host = load_host_adam()
-        if host is None:
-            return math.nan, {"optimizer_note": math.nan}
-        update = owned / host
-        transfers = (w * owned + w * owned) / m.host_bps  # gradients down, parameters up
-        detail["host_transfer_s"] = transfers
+        update, transfers = offload_seconds(t, m, owned)
+        if math.isnan(update):
+            return math.nan, {"host_adam_s": math.nan}
+        detail.update(host_adam_s=update, host_transfer_s=transfers)
         update += transfers
     else:
         if not rate:
             return math.nan, {}
         update = owned / rate
+    swap = nvme_seconds(t, tr, m, detail)
+    update += swap
     norm = 2 * w * owned / m.memory_bps if m.memory_bps else 0.0  # read for the norm, scale for clipping
     norm += collective_seconds(m, "all_reduce", 4, n, nodes, net)
     after = 0.0
@@ -533,19 +564,60 @@ def optimizer_seconds(
     return update + norm + after, detail
 
 
+def offload_seconds(t: Trial, m: Machine, owned: float) -> tuple[float, float]:
+    """(CPU Adam seconds, host-link seconds) of one rank's step under offload on a GPU: its
+    partition of `owned` parameters at its share of the node's CPU Adam, and its gradients down and
+    updated parameters up the host link (`Machine.host_bps`, each rank its own x16 link). NaN
+    where the host's CPU Adam is not known."""
+    if not m.host_adam_elements_per_s:
+        return math.nan, 0.0
+    w = bytes_per_element(t.precision)
+    update = owned * t.hardware.count / m.host_adam_elements_per_s
+    grads = (4 if t.methods.zero_stage == 3 else w) * owned
+    params = 0.0 if t.methods.offload == "optimizer+params" else w * owned
+    return update, (grads + params) / m.host_bps
+
+
+def nvme_traffic(t: Trial, tr: Trace) -> tuple[float, float]:
+    """(bytes read, bytes written) of one rank's NVMe drive traffic per step under the NVMe tier
+    (`suite.predict.memory.swapped`): the swapped optimizer sub-groups read whole (fp32 parameter,
+    two moments and gradient: 16 bytes an element) and written back (the gradients at the
+    boundary, the three states after the update: 16); under optimizer+params each swapped
+    parameter partition read at every gather of every micro-step (`_gathered`), and written once
+    after the step. The worker measures the same on each rank (`suite.worker.io_bytes`)."""
+    opt, par = swapped(t, tr)
+    w = bytes_per_element(t.precision)
+    read = 16 * opt + w * par * _gathered(t, tr)[1] * t.gas
+    written = 16 * opt + w * par
+    return read, written
+
+
+def nvme_seconds(t: Trial, tr: Trace, m: Machine, detail: dict[str, float]) -> float:
+    """Seconds of the NVMe tier's swap in a step of one rank, at its share of the node's drive:
+    DeepSpeed's optimizer swapper reads a sub-group, steps it and writes it back while reading the
+    next (partitioned_optimizer_swapper.py), all on one drive, so reads and writes add up; the
+    parameters' reads are in the micro-steps (`_zero3`). NaN where the drive's pace is unknown."""
+    if not methods.on_nvme(t):
+        return 0.0
+    opt, par = swapped(t, tr)
+    read, written = nvme_traffic(t, tr)
+    detail.update(nvme_read_bytes=read * t.devices, nvme_write_bytes=written * t.devices)
+    if not (m.nvme_read_bps and m.nvme_write_bps):
+        detail["nvme_s"] = math.nan
+        return math.nan
+    share = t.hardware.count  # the node's ranks swap to one drive at once
+    w = bytes_per_element(t.precision)
+    seconds = share * (16 * opt / m.nvme_read_bps + (16 * opt + w * par) / m.nvme_write_bps)
+    detail["nvme_s"] = seconds
+    return seconds
+
+
 def _adam_kind(t: Trial) -> str:
     """Which AdamW the worker steps with: DeepSpeed's own when its config names an optimizer
     (suite.methods.deepspeed_config), else torch's fused AdamW (FSDP2's, and the one handed to
     DeepSpeed under methods.optimizer=torch_fused)."""
     if t.methods.engine == "fsdp2":
         return "torch_fused"
-    if "optimizer" in methods.deepspeed_config(t, 1):
+    if t.methods.optimizer == "engine":  # the config names an optimizer: DeepSpeed builds its own
         return "deepspeed_cpu" if t.methods.offload != "none" else "deepspeed"
     return "torch_fused"
-
-
-def load_host_adam() -> float | None:
-    """DeepSpeedCPUAdam parameters per second of this machine, from any calibration made here:
-    the host CPU of an offload prediction (a GPU datasheet has no CPU)."""
-    rates = [m.adam_elements_per_s.get("deepspeed_cpu") for m in host_calibrations() if m.kind == "cpu"]
-    return max((r for r in rates if r), default=None)
