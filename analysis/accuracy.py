@@ -221,12 +221,13 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
         out.update(_fit(df))
     out["per_method"] = {method: {q: _stats(g[q]) for q in QUANTITIES if q in g} for method, g in df.groupby("method")}
     errors = [q for q in ("step_time_err_pct", "peak_mem_err_pct") if q in df]
-    out["per_engine"] = {engine: {q: _stats(g[q]) for q in errors} for engine, g in df.groupby("sharding")}
-    memory = [memory_label(gib, capped) for gib, capped in zip(df["memory_gib"], df["capped"], strict=True)]
-    out["per_memory"] = {
-        label: {**_fit(g), **{q: _stats(g[q]) for q in errors if q == "peak_mem_err_pct"}}
-        for label, g in df.groupby(memory)
-    }
+    if {"sharding", "memory_gib", "capped"} <= set(df):  # scored with each trial's regime (`score`)
+        out["per_engine"] = {engine: {q: _stats(g[q]) for q in errors} for engine, g in df.groupby("sharding")}
+        memory = [memory_label(gib, capped) for gib, capped in zip(df["memory_gib"], df["capped"], strict=True)]
+        out["per_memory"] = {
+            label: {**_fit(g), **{q: _stats(g[q]) for q in errors if q == "peak_mem_err_pct"}}
+            for label, g in df.groupby(memory)
+        }
     out["spearman"] = spearman(df)
     rhos = [s["spearman"] for s in out["spearman"] if not math.isnan(s["spearman"])]
     out["spearman_min"] = min(rhos) if rhos else None
@@ -265,7 +266,7 @@ def as_text(s: dict[str, Any], kind: str) -> str:
         lines.append(
             f"  {method}: memory {fmt(qs.get('peak_mem_err_pct', {}))}; step {fmt(qs.get('step_time_err_pct', {}))}"
         )
-    for memory, m in s["per_memory"].items():
+    for memory, m in s.get("per_memory", {}).items():
         if m["fit_n"]:
             right = f"fit/oom right {m['fit_right_pct']:.1f}% of {m['fit_n']}"
             lines.append(f"  within {memory}: {right}; memory {fmt(m.get('peak_mem_err_pct', {}))}")
