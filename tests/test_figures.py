@@ -57,14 +57,15 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
     """This machine's committed calibration of cpu-x2 (the
-    fixtures ran on it, host vm); a published GPU step-time error of ±7.5% median, 9.8% p90."""
+    fixtures ran on it, host vm); a published step-time error of ±7.5% median, 9.8% p90 on datacenter-sxm GPUs."""
     base = tmp_path_factory.getbasetemp()
     calibration, accuracy = base / "figures-calibration", base / "figures-accuracy"
     (calibration / "vm").mkdir(parents=True, exist_ok=True)
     shutil.copy(CALIBRATION, calibration / "vm" / "cpu-x2.json")
     accuracy.mkdir(exist_ok=True)
     stat = {"n": 12, "median": 7.5, "p90": 9.8, "max": 14.0}
-    (accuracy / "cuda.json").write_text(json.dumps({"n_records": 12, "step_time_err_pct": stat, "source": "test"}))
+    sxm = {"n": 12, "step_time_err_pct": stat}  # every datacenter-sxm regime's figure
+    (accuracy / "cuda.json").write_text(json.dumps({"by_regime": {"datacenter-sxm|*|*|*|*": sxm}, "source": "test"}))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SUITE_CALIBRATION_DIR", str(calibration))
         mp.setattr("suite.paths.accuracy_dir", lambda: accuracy)
