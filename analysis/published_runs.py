@@ -3,6 +3,7 @@ constant of the GPU model fitted to them (`suite.predict.gpu.fitted_sustained`).
 
     suite-predict published-accuracy                 # every published run predicted and scored, out of sample
     suite-predict published-accuracy --publish       # also results/accuracy/cuda-published.json
+    suite-predict published-accuracy --publish --out F   # written to F instead (a check)
 
 The runs are `benchmarks/published/` (one YAML per source, each run with its source group). Each
 becomes a Trial (`trial_for`): its model from the run's transformers config, its GPU profile
@@ -555,9 +556,10 @@ def as_text(s: dict) -> str:
     return "\n".join(out)
 
 
-def publish(s: dict, recs: list[dict]) -> Path:
-    """results/accuracy/cuda-published.json (`out_path`): what every GPU figure's error label reads
-    (`suite.predict.regimes.error_label`: `by_regime`, `memory_err_pct_by_kind`)."""
+def publish(s: dict, recs: list[dict], path: Path | None = None) -> Path:
+    """results/accuracy/cuda-published.json (`out_path`; `path` instead where given): what every GPU
+    figure's error label reads (`suite.predict.regimes.error_label`: `by_regime`,
+    `memory_err_pct_by_kind`) and the sustained fraction (`sustained_fitted`)."""
 
     o = s["overall"]
     body = {
@@ -580,7 +582,7 @@ def publish(s: dict, recs: list[dict]) -> Path:
         "overall": o,
         "rows": recs,
     }
-    return write_json(out_path(), body, indent=1)
+    return write_json(path or out_path(), body, indent=1)
 
 
 def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:

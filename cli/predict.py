@@ -8,7 +8,7 @@ has measured, every figure labelled predicted and shown with the error measured 
     suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 search.fixed=true \
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
-    suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
+    suite-predict published-accuracy [--publish [--out F]] [--no-fit] [--rows N] # GPU predictions vs published runs
     suite-predict model=pythia hardware=rtx-3090 hardware.host.mem_gib=128 hardware.host.nvme_gib=931 --largest
         # per memory tier (GPU; + 128 GiB host memory; + a 1 TB NVMe drive) the largest Pythia that trains
 
@@ -181,13 +181,14 @@ def published_main(args: list[str]) -> None:
 
     ap = argparse.ArgumentParser(prog="suite-predict published-accuracy", description=published_main.__doc__)
     ap.add_argument("--publish", action="store_true", help="write results/accuracy/cuda-published.json")
+    ap.add_argument("--out", type=Path, help="with --publish: write there instead (a check that leaves the file be)")
     ap.add_argument("--no-fit", action="store_true", help="the cited constants alone: every sustained fraction 1.0")
     ap.add_argument("--rows", type=int, default=0, help="score only the first N expressible runs (a check)")
     a = ap.parse_args(args)
     s, recs = published_runs.run(a.rows, fit=not a.no_fit)
     print(published_runs.report(s))
     if a.publish:
-        print(f"wrote {published_runs.publish(s, recs)}")
+        print(f"wrote {published_runs.publish(s, recs, a.out)}")
 
 
 def main(argv: list[str] | None = None) -> int:
