@@ -210,6 +210,9 @@ def test_a_predicted_point_never_appears_in_a_measured_series(written):
     p = pred.iloc[0]  # the band is where the measurement would be at the published p90 error, 9.8%
     assert p["predicted_days_p90_err_lo"] == pytest.approx(p["predicted_days"] / 1.098)
     assert p["predicted_days_p90_err_hi"] == pytest.approx(p["predicted_days"] / 0.902)
+    caption = (figures / f"{figure('days-vs-gpus')}.txt").read_text()  # the band's regime, named, with its n
+    assert "pythia-14m on a100-80gb-x1: step time: not scored in datacenter-sxm · " in caption
+    assert "nearest regime datacenter-sxm: ±8% median, 10% p90, n=12 GPU trials of the suite" in caption
     with matplotlib.rc_context(plotting.STYLE):
         fig = plotting.days_vs_gpus(data)
     panel = next(ax for ax in fig.axes if ax.get_title() == "pythia-14m")

@@ -286,15 +286,32 @@ def test_the_published_score_carries_every_regime_level_and_the_false_does_not_f
     assert "predicted not to fit 1 of 6 (all ran)" in pa.render(s | {"skipped": [], "worst": []})
 
 
-def test_the_committed_published_accuracy_carries_regimes_and_fit_each_way():
-    published = json.loads((ROOT / "results" / "accuracy" / "cuda-published.json").read_text())
-    assert published["by_regime"] and published["by_gpu_class"] and published["by_class_engine_gpus_size"]
-    assert published["fit"]["ran"] == published["n_records"] and "fit_false_no_pct" in published
-    assert "fit_right_pct" not in published
+def test_a_published_score_is_what_the_labels_and_the_sustained_fraction_read(tmp_path, monkeypatch):
+    """`publish` writes by_regime, the kinds' memory figures and fit each way apart, which the labels
+    read; and `sustained_fitted`, which the GPU model reads its sustained fraction from."""
+    from analysis import published_runs as pa
+    from suite.predict.gpu import fitted_sustained
+
+    recs = [scored(i, "consumer-workstation", True, 10.0 + i) for i in range(6)]
+    recs += [scored(9 + i, "datacenter-sxm", i != 0, -20.0, "allocated") for i in range(5)]
+    s = pa.score(recs) | {"sustained_fitted": {"(all groups)": {"consumer": 0.62}, "g": {"consumer": 0.6}}}
+    path = pa.publish(s, recs, tmp_path / "cuda-published.json")
+    monkeypatch.setattr("suite.paths.accuracy_dir", lambda: tmp_path)
+    published = json.loads(path.read_text())
+    assert published["fit"] == {"ran": 11, "false_no_fit": 1, "oom": 0, "false_fit": 0}
+    assert "fit_right_pct" not in published and published["n_records"] == 11
     for e in published["by_regime"].values():
         assert {"step_time_err_pct", "memory_err_pct_by_kind", "fit"} <= set(e)
-    rows = [r for r in published["rows"] if "tps_err_pct" in r]
-    assert rows and all(set(r["regime"]) == {"gpu_class", "engine", "offload", "gpus", "size"} for r in rows)
+    assert fitted_sustained()["consumer"][0] == 0.62
+    t = rtx3090("hardware.count=1")
+    label = error_label(t, "step", PYTHIA_160M)
+    assert label.own and label.n == 6 and label.regime.text in label.long and "n=6 published runs" in label.long
+    memory = error_label(t, "memory", PYTHIA_160M)  # nvidia-smi figures, all consumer
+    assert memory.own and memory.kind == "nvidia-smi" and memory.n == 6
+    assert not error_label(t, "memory", PYTHIA_160M, "allocated").own  # the only allocated ones are datacenter
+    sxm = replace(t, hardware=trial(["model=pythia-160m", "hardware=h100-sxm"]).hardware)
+    fit = fit_label(sxm, PYTHIA_160M).text
+    assert fit.startswith('false "does not fit" on runs that ran: 1 of 5 published runs in datacenter-sxm · DDP')
 
 
 def test_suite_predict_prints_each_rows_regime_label_with_its_n(accuracy, capsys, tmp_path, monkeypatch):
