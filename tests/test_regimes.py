@@ -241,7 +241,7 @@ def test_suite_accuracy_reports_false_fits_and_false_ooms_apart():
     own = s["by_regime"][key]
     assert own["n"] == 4 and own["step_time_err_pct"]["n"] == 2 and own["fit"] == s["fit"]
     assert own["memory_err_pct_by_kind"]["allocated"]["median"] == 6.0
-    text = accuracy.render(s, "cuda")
+    text = accuracy.as_text(s, "cuda")
     assert 'false "fits": 1 of 2 OOM trials; false "does not fit": 1 of 2 trials that ran' in text
     assert "datacenter-sxm · ZeRO-3 · no offload · 1 GPU · <1B: step 6.0" in text
 
@@ -283,7 +283,7 @@ def test_the_published_score_carries_every_regime_level_and_the_false_does_not_f
     assert mine["step_time_err_pct"]["median"] == pytest.approx(sum(seconds) / 2)
     assert set(s["by_gpu_class"]) == {"consumer-workstation", "datacenter-sxm"}
     assert "consumer-workstation · DDP · 1 GPU · <1B" in s["by_class_engine_gpus_size"]
-    assert "predicted not to fit 1 of 6 (all ran)" in pa.render(s | {"skipped": [], "worst": []})
+    assert "predicted not to fit 1 of 6 (all ran)" in pa.as_text(s | {"skipped": [], "worst": []})
 
 
 def test_a_published_score_is_what_the_labels_and_the_sustained_fraction_read(tmp_path, monkeypatch):

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from suite.config import Trial
+from suite.config import Trial
+from suite.predict import MEMORY_KINDS, Predictor, published_error
+from suite.predict.trace import traced
 
 MIN_N = 5
 """Scored rows a regime needs before its figure is printed as its own (fewer: the nearest regime's)."""
@@ -146,9 +147,6 @@ def regime(t: Trial, n_params: int) -> Regime:
 
 def n_params_of(t: Trial) -> int:
     """The parameters of `t`'s model as the predictor traces it (cached; traced on a miss)."""
-    from suite.predict import Predictor
-    from suite.predict.trace import traced
-
     me = t.methods
     return traced(Predictor.model_as_run(t), me.attention, me.recompute, t.precision).n_params
 
@@ -268,8 +266,6 @@ class FitLabel:
 
 def _summaries(device: str) -> list[tuple[str, dict]]:
     """(origin, summary) to read for `device`, in the order a label prefers them."""
-    from suite.predict import published_error
-
     kinds = ("cuda", "cuda-published") if device == "cuda" else (device,)
     return [(ORIGINS.get(k, f"{k} trials"), s) for k in kinds if (s := published_error(k))]
 
@@ -291,8 +287,6 @@ def _label(r: Regime, quantity: str, kind: str, st: dict, origin: str, source, o
 def error_label(t: Trial, quantity: str, n_params: int, memory_kind: str = "nvidia-smi") -> ErrorLabel:
     """The error label of `t`'s predicted `quantity` (step or memory; memory of `memory_kind`,
     `suite.predict.MEMORY_KINDS`), for a model of `n_params` parameters (`n_params_of`)."""
-    from suite.predict import MEMORY_KINDS
-
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity {quantity!r}: allowed {', '.join(QUANTITIES)}")
     if memory_kind not in MEMORY_KINDS:
