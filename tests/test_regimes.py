@@ -231,6 +231,9 @@ def test_suite_accuracy_reports_false_fits_and_false_ooms_apart():
                 "step_time_s": 1.0 if err else None,
                 "pred_step_time_s": 1.0 if err else None,
                 "regime": key,
+                "sharding": "ZeRO-3",
+                "memory_gib": 141.0,
+                "capped": False,
             }
             for i, (outcome, fits, err) in enumerate(rows)
         ]
@@ -241,8 +244,10 @@ def test_suite_accuracy_reports_false_fits_and_false_ooms_apart():
     own = s["by_regime"][key]
     assert own["n"] == 4 and own["step_time_err_pct"]["n"] == 2 and own["fit"] == s["fit"]
     assert own["memory_err_pct_by_kind"]["allocated"]["median"] == 6.0
+    assert s["per_memory"]["141 GiB"]["fit"] == s["fit"]
     text = accuracy.as_text(s, "cuda")
     assert 'false "fits": 1 of 2 OOM trials; false "does not fit": 1 of 2 trials that ran' in text
+    assert 'within 141 GiB: false "fits" 1 of 2 OOMs, false "does not fit" 1 of 2 that ran' in text
     assert "datacenter-sxm · ZeRO-3 · no offload · 1 GPU · <1B: step 6.0" in text
 
 
