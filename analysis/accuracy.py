@@ -13,7 +13,11 @@ machine's if that one is not here). Per record:
     step_time_err_pct    the same of step_time_s, and of its parts micro_time_s,
                          boundary_time_s, optimizer_time_s (t_micro, t_boundary, t_optimizer)
     fit_right            the predicted fit against the outcome (ok or oom), for records with a
-                         memory budget (a CPU worker without one always fits)
+                         memory budget (a CPU worker without one always fits); the summary counts
+                         it each way apart (`suite.predict.regimes.fit_counts`): ok records predicted
+                         not to fit, OOM records predicted to fit
+    regime               on a GPU, the record's regime (`suite.predict.regimes.regime`): the summary's
+                         `by_regime` is what the error label of every GPU prediction reads first
     speed_ratio          the run's speed probe over the calibration's (`suite.metrics.
                          speed_probe`): 1 when the machine ran as fast as when it was
                          calibrated; a shared machine drifts
@@ -32,9 +36,11 @@ also that of its first run's step times against its second's (`repeat_spearman`)
 the measurement ranks the configurations against itself, the most a prediction scored against
 one run can expect (results/benchmarks/README.md gives it for the CPU benchmark).
 The summary gives median, p90 and max of |error| per quantity, overall, per method (engine, ZeRO
-stage, offload) and per engine (`per_engine`: its sharding label); fit/OOM called right and the
-memory error per memory a trial had (`per_memory`: "24 GiB capped", "140 GiB"); and each record's
-regime and errors (`trials`), which the published summary carries. Records whose hardware
+stage, offload) and per engine (`per_engine`: its sharding label); fit/OOM called each way apart
+(false "fits" on OOMs, false "does not fit" on runs that ran) and the memory error per memory a
+trial had (`per_memory`: "24 GiB capped", "140 GiB"); on GPUs per regime and each of its relaxed
+levels (`by_regime`); and each record's regime and errors (`trials`), which the published summary
+carries. Records whose hardware
 has no constants here (a CPU never calibrated) are listed as not predicted, with the reason.
 """
 
@@ -54,7 +60,7 @@ from suite.config import Trial
 from suite.detect import memory_cap_gib
 from suite.files import write_json
 from suite.labels import budget_label, sharding_label
-from suite.predict import Predictor
+from suite.predict import Predictor, regimes
 from suite.predict.machine import NotCalibrated
 from suite.record import Record
 
@@ -144,6 +150,8 @@ def score(recs: list[tuple[Record, str]], predictor_for=None) -> pd.DataFrame:
                 row["step_time_at_speed_err_pct"] = _err(p.step_time_s / row["speed_ratio"], measured["step_time_s"])
         if t.hardware.mem_gib > 0:
             row["fit_right"] = p.fits == rec.ok
+        if t.hardware.device == "cuda":  # what the error labels read (`by_regime`)
+            row["regime"] = regimes.regime(t, row["model_params"] or regimes.n_params_of(t)).key
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -181,8 +189,22 @@ def memory_label(memory_gib: float | None, capped: bool) -> str:
 
 
 def _fit(df: pd.DataFrame) -> dict[str, Any]:
-    fits = df["fit_right"].dropna() if "fit_right" in df else pd.Series(dtype=object)
-    return {"fit_right_pct": float(100 * fits.astype(bool).mean()) if len(fits) else None, "fit_n": int(len(fits))}
+    """Fit/OOM called right, and wrong each way apart (`fit`: `regimes.fit_counts`), over the records
+    with a memory budget."""
+    judged = df[df["fit_right"].notna()] if "fit_right" in df else df[:0]
+    fits = judged["fit_right"] if len(judged) else pd.Series(dtype=object)
+    return {
+        "fit_right_pct": float(100 * fits.astype(bool).mean()) if len(fits) else None,
+        "fit_n": int(len(fits)),
+        "fit": regimes.fit_counts([bool(x) for x in judged["pred_fits"]], [o == "ok" for o in judged["outcome"]]),
+    }
+
+
+def _fit_text(m: dict[str, Any]) -> str:
+    """Fit called wrong each way apart, as a summary's `fit` counts it."""
+    f = m["fit"]
+    wrong_fit, wrong_no = f"{f['false_fit']} of {f['oom']} OOMs", f"{f['false_no_fit']} of {f['ran']} that ran"
+    return f'false "fits" {wrong_fit}, false "does not fit" {wrong_no}'
 
 
 def _stats(values: pd.Series) -> dict[str, float]:
@@ -219,6 +241,8 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
             out[q] = _stats(df[q])
     if "fit_right" in df:
         out.update(_fit(df))
+    if "regime" in df and df["regime"].notna().any():
+        out["by_regime"] = by_regime(df[df["regime"].notna()])
     out["per_method"] = {method: {q: _stats(g[q]) for q in QUANTITIES if q in g} for method, g in df.groupby("method")}
     errors = [q for q in ("step_time_err_pct", "peak_mem_err_pct") if q in df]
     if {"sharding", "memory_gib", "capped"} <= set(df):  # scored with each trial's regime (`score`)
@@ -234,6 +258,24 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     out["not_predicted"] = [f"{r.trial_id}: {r.note}" for r in df.itertuples() if r.note]
     kept = df.reindex(columns=list(TRIAL_FIELDS)).astype(object)
     out["trials"] = kept.where(kept.notna(), None).to_dict("records")  # NaN is not JSON
+    return out
+
+
+def by_regime(df: pd.DataFrame) -> dict[str, dict]:
+    """Per regime and each of its relaxed levels (`regimes.Regime.levels`): what the error label of
+    a GPU prediction reads (`suite.predict.regimes`). A GPU record's memory figure is
+    max_memory_allocated's."""
+    levels = {key: [x.key for x in regimes.Regime.from_key(key).levels()] for key in set(df["regime"])}
+    out: dict[str, dict] = {}
+    for key in sorted({k for ks in levels.values() for k in ks}):
+        g = df[df["regime"].map(lambda r, key=key: key in levels[r])]
+        entry: dict[str, Any] = {"regime": regimes.Regime.from_key(key).text, "n": len(g)}
+        if "step_time_err_pct" in g:
+            entry["step_time_err_pct"] = _stats(g["step_time_err_pct"])
+        if "peak_mem_err_pct" in g:
+            entry["memory_err_pct_by_kind"] = {"allocated": _stats(g["peak_mem_err_pct"])}
+        entry["fit"] = _fit(g)["fit"]
+        out[key] = entry
     return out
 
 
@@ -261,15 +303,26 @@ def as_text(s: dict[str, Any], kind: str) -> str:
             f"p90 {r['p90']:.2f}, max {r['max']:.2f} (n={r['n']})"
         )
     if s.get("fit_n"):
-        lines.append(f"  fit/oom right      {s['fit_right_pct']:.1f}% of {s['fit_n']} trials with a memory budget")
+        f = s["fit"]
+        lines.append(
+            f'  fit                false "fits": {f["false_fit"]} of {f["oom"]} OOM trials; false "does not fit": '
+            f"{f['false_no_fit']} of {f['ran']} trials that ran ({s['fit_right_pct']:.1f}% of {s['fit_n']} "
+            "trials with a memory budget right)"
+        )
     for method, qs in s["per_method"].items():
         lines.append(
             f"  {method}: memory {fmt(qs.get('peak_mem_err_pct', {}))}; step {fmt(qs.get('step_time_err_pct', {}))}"
         )
     for memory, m in s.get("per_memory", {}).items():
         if m["fit_n"]:
-            right = f"fit/oom right {m['fit_right_pct']:.1f}% of {m['fit_n']}"
-            lines.append(f"  within {memory}: {right}; memory {fmt(m.get('peak_mem_err_pct', {}))}")
+            lines.append(f"  within {memory}: {_fit_text(m)}; memory {fmt(m.get('peak_mem_err_pct', {}))}")
+    for key, e in (s.get("by_regime") or {}).items():
+        if "*" in key:  # the relaxed levels: what the labels fall back on, not printed
+            continue
+        lines.append(
+            f"  {e['regime']}: step {fmt(e.get('step_time_err_pct', {}))}; memory (allocated) "
+            f"{fmt((e.get('memory_err_pct_by_kind') or {}).get('allocated', {}))}; {_fit_text(e)}"
+        )
     for sp in s["spearman"]:
         repeat = sp.get("repeat_spearman")
         against = f"; first run against second: {repeat:.2f}" if repeat is not None else ""

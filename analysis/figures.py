@@ -156,21 +156,17 @@ def _band(days: pd.Series, err_pct: pd.Series) -> tuple[pd.Series, pd.Series]:
 
 
 def predicted_phrase(pred: pd.DataFrame, drawn: str) -> str:
-    """What is predicted, and how its published error is drawn (`drawn`), or that it is not known."""
+    """What is predicted, and how each point's error in its regime is drawn (`drawn`), or that it is not known."""
     if pred.empty:
         return ""
     errors = []
-    for kind, g in pred.groupby("device"):
-        median, p90 = g["step_time_error_median_pct"].iloc[0], g["step_time_error_p90_pct"].iloc[0]
-        errors.append(
-            f"on {kind} ±{median:.1f}% median and ±{p90:.1f}% p90 of |error| ({drawn})"
-            if not math.isnan(p90)
-            else f"on {kind} not yet measured (none drawn)"
-        )
+    for r in pred.drop_duplicates(["model", "budget"]).itertuples():
+        drawn_here = drawn if not math.isnan(r.step_time_error_p90_pct) else "none drawn"
+        errors.append(f"{r.model} on {r.budget}: {r.time_error_label} ({drawn_here})")
     return (
         f"Predicted, never measured (hollow markers, dashed): {_names(pred['model'] + ' on ' + pred['budget'])}, "
-        "each the fastest configuration suite.predict finds predicted to fit; its step-time error published so "
-        f"far (suite-report accuracy --publish): {'; '.join(errors)}; a band is where the measurement would lie "
+        "each the fastest configuration suite.predict finds predicted to fit; its step-time error in its regime "
+        f"(docs/predictor.md): {'; '.join(errors)}; a band is where the measurement would lie "
         "were the prediction's error that large."
     )
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, replace
 
 from analysis import ReportError
-from analysis.predicted import describe_error, error_note, rows, runs_in
+from analysis.predicted import rows, runs_in
 from suite.config import compose
 from suite.config.schema import SearchConfig, Trial
 from suite.labels import recipe_label
@@ -137,7 +137,8 @@ def _num(x: float, fmt: str) -> str:
 def report(overrides: list[str]) -> list[str]:
     """What `suite-predict model=FAMILY ... --largest` prints: the budget's host, then per tier
     the largest member, its best configuration, memory per GPU, host memory and NVMe of the
-    node, tokens/s and days, every figure labelled predicted and the error so far beside."""
+    node, tokens/s and days, every figure labelled predicted; under them each tier's error labels,
+    its best configuration's regime's (`analysis.predicted.labels`)."""
     from analysis.prices import gpu_keys, load_prices
     from suite.predict import Predictor
     from suite.predict.timing import Network
@@ -172,5 +173,6 @@ def report(overrides: list[str]) -> list[str]:
             f"{_num(r['tokens_per_s'], '9,.0f')} {_num(r['days'], '8,.0f')}"
         )
     out.append(f"  days: each member's own recipe ({recipe_label(members[-1])} for {members[-1].model.name})")
-    out.append(f"  error so far: {describe_error(error_note(hw.device))}")
+    out.append("  error labels, each tier's best configuration in its regime (docs/predictor.md, the error label):")
+    out += [f"    {f.tier}: {f.row['labels'].detail}" for f in found if f.member is not None]
     return out

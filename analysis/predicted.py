@@ -1,5 +1,5 @@
 """Predicted rows: the predictor's figures for a (model, budget), with days and cost, every figure
-labelled predicted and shown with the error measured so far. `suite-predict` (cli/predict.py)
+labelled predicted and shown with the error measured so far in its regime. `suite-predict` (cli/predict.py)
 prints them; `suite-report tables` and `leaderboard` take `--predict MODEL@HARDWARE[,KEY=VALUE...]`.
 
 - `predict_budget`: the one policy both commands answer with: the precision a GPU runs the recipe
@@ -11,9 +11,9 @@ prints them; `suite-report tables` and `leaderboard` take `--predict MODEL@HARDW
 - `asked` checks every --predict value at once; `best_row` is the best row of one budget asked
   for; `predicted_frame` and `predicted_table` give the rows and their report table. Every figure's
   column is `predicted_*`; they never join a measured frame.
-- `error_note`: the accuracy `suite-report accuracy --publish` last measured for this kind of
-  device (results/accuracy/), or that nothing was measured; `error_pct` its step-time error as
-  numbers (the band a figure draws).
+- `labels`: each row's error labels (`suite.predict.regimes`): step time, memory (GiB/GPU, the
+  nvidia-smi kind) and fit, from scored runs of the row's own regime or the nearest one, named;
+  `best_row` carries the best row's, and its step-time error as numbers (the band a figure draws).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from suite.config import compose
 from suite.config.schema import GPU_COUNTS, SearchConfig, Trial
 from suite.config.validate import problems
 from suite.labels import budget_label, config_label, recipe_label
-from suite.predict import Predictor, published_error
+from suite.predict import Predictor
 from suite.predict.machine import NotCalibrated, machine_for
+from suite.predict.regimes import ErrorLabel, FitLabel, error_label, fit_label, n_params_of
 from suite.predict.timing import Network
 from suite.space import configurations
 
@@ -42,74 +43,32 @@ PUBLISHED_CAVEAT = (
 )
 
 
-def error_note(kind: str) -> dict[str, str]:
-    """How to label each predicted quantity: its error measured so far, or that there is none. A GPU
-    prediction, until GPU trials of the suite are scored (results/accuracy/cuda.json), carries its
-    error against published training runs of other teams (results/accuracy/cuda-published.json)."""
-    source, s = scored_error(kind)
-    if source == "cuda-published":
-        return published_runs_note(s)
-    if not s:
-        none = f"not yet measured (no {'GPU' if kind == 'cuda' else kind} trial scored)"
-        return {"mem": none, "time": none, "fit": none, "source": "", "mem_short": "(±?)", "time_short": "(±?)"}
+@dataclass(frozen=True)
+class Labels:
+    """The error labels of one predicted row (`suite.predict.regimes`): its step time's, its memory
+    figure's (the nvidia-smi kind: GiB/GPU is `device_gib`, what must fit) and its fit's."""
 
-    def one(q: str) -> tuple[str, str]:
-        st = s.get(q) or {}
-        if not st.get("n"):
-            return "not measured", "(±?)"
-        return f"±{st['median']:.1f}% median, {st['p90']:.1f}% p90", f"(±{st['median']:.0f}%)"
+    step: ErrorLabel
+    memory: ErrorLabel
+    fit: FitLabel
 
-    (mem, mem_short), (time, time_short) = one("peak_mem_err_pct"), one("step_time_err_pct")
-    fit = f"{s['fit_right_pct']:.0f}% right of {s['fit_n']}" if s.get("fit_n") else "not measured"
-    source = f"|error| on {s['n_records']} {kind} trials ({s.get('source', '')})"
-    return {"mem": mem, "time": time, "fit": fit, "source": source, "mem_short": mem_short, "time_short": time_short}
+    @property
+    def regime(self) -> str:
+        return self.step.regime.text
+
+    @property
+    def detail(self) -> str:
+        """Every label in full, with the published runs' caveat where a figure comes from them."""
+        text = f"{self.step.long}; {self.memory.long}; fit: {self.fit.text}"
+        published = "published runs" in (self.step.origin, self.memory.origin)
+        return f"{text}; {PUBLISHED_CAVEAT}" if published else text
 
 
-def scored_error(kind: str) -> tuple[str, dict | None]:
-    """(which summary, the summary) of the error measured so far for predictions of `kind`: its own
-    trials' (results/accuracy/<kind>.json); for a GPU, until GPU trials of the suite are scored,
-    published training runs of other teams (results/accuracy/cuda-published.json); else None."""
-
-    s = published_error(kind)
-    if not s and kind == "cuda":
-        return "cuda-published", published_error("cuda-published")
-    return kind, s
-
-
-def published_runs_note(s: dict | None) -> dict[str, str]:
-    """The GPU error label from published runs (`suite-predict published-accuracy --publish`), or
-    that nothing was scored."""
-    if not s or not s.get("n_records"):
-        none = "not yet measured (no GPU trial scored)"
-        return {"mem": none, "time": none, "fit": none, "source": "", "mem_short": "(±?)", "time_short": "(±?)"}
-    n, t, m = s["n_records"], s["tokens_per_s_err_pct"], s.get("peak_mem_err_pct") or {}
-    time = f"vs {n} published runs: median {t['median']:.0f}%, p90 {t['p90']:.0f}% (tokens/s/GPU)"
-    mem = f"vs {m['n']} published runs: median {m['median']:.0f}%" if m.get("n") else "not yet measured"
-    return {
-        "mem": mem,
-        "time": time,
-        "fit": f"{s['fit_right_pct']:.0f}% of {s['fit_n']} published runs predicted to fit",
-        "source": f"no GPU trial of the suite scored yet; {PUBLISHED_CAVEAT}",
-        "mem_short": f"(±{m['median']:.0f}%)" if m.get("n") else "(±?)",
-        "time_short": f"(±{t['median']:.0f}%)",
-    }
-
-
-def error_pct(kind: str) -> dict[str, float]:
-    """The step-time error published for `kind` as numbers, median and p90 of |error| in percent
-    (NaN where none was measured): what a figure draws as the band of a predicted point. A GPU
-    prediction, until GPU trials of the suite are scored, takes its error against published runs."""
-    st = (scored_error(kind)[1] or {}).get("step_time_err_pct") or {}
-    measured = bool(st.get("n"))
-    return {
-        "step_time_error_median_pct": st["median"] if measured else math.nan,
-        "step_time_error_p90_pct": st["p90"] if measured else math.nan,
-    }
-
-
-def describe_error(err: dict[str, str]) -> str:
-    text = f"memory {err['mem']}, step time {err['time']}, fit/oom {err['fit']}"
-    return f"{text}; {err['source']}" if err["source"] else text
+def labels(t: Trial, n_params: int) -> Labels:
+    """The labels of trial `t`'s prediction, for a model of `n_params` parameters."""
+    return Labels(
+        error_label(t, "step", n_params), error_label(t, "memory", n_params, "nvidia-smi"), fit_label(t, n_params)
+    )
 
 
 def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[dict]:
@@ -117,6 +76,7 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
     out = []
     for t in trials:
         p = predictor.predict(t)
+        n_params = n_params_of(t)
         days = training_days(p.step_time_s, t.model.recipe.train_steps) if not math.isnan(p.step_time_s) else math.nan
         gpu = keys.get(t.hardware.gpu, "")
         cloud = prices.cloud.get(gpu)
@@ -142,6 +102,7 @@ def rows(trials: list[Trial], predictor, prices, keys: dict[str, str]) -> list[d
                 "host_gib": p.host_gib,
                 "nvme_gib": p.nvme_gib,
                 "short_of": p.short_of,
+                "labels": labels(t, n_params),
             }
         )
     out.sort(key=lambda r: (not r["fits"], math.isnan(r["step_time_s"]), r["step_time_s"]))
@@ -336,7 +297,7 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
     none does; every figure predicted, with the error measured so far for its kind of device."""
     budget = predict_budget(a.cfg, prices, keys)
     base, rs, best = budget.base, budget.rows, budget.best
-    err = error_note(base.hardware.device)
+    err: Labels = best["labels"] if best else labels(base, n_params_of(base))
     n_fit = sum(r["fits"] for r in rs)
     if best:
         fits = "yes"
@@ -345,6 +306,7 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
         fits = f"no: the least any needs is {least['device_gib']:.2f} GiB ({least['config']})"
     else:
         fits = "no valid configuration"
+    step = err.step
     row = {
         "model": base.model.name,
         "budget": budget_label(base),
@@ -360,11 +322,15 @@ def best_row(a: Asked, prices, keys: dict[str, str]) -> dict:
         "configs_valid": len(rs),
         "precision": budget.label or base.precision,
         "constants": budget.predictor.machine(base).source,
-        "memory_error": err["mem"],
-        "time_error": err["time"],
-        "fit_error": err["fit"],
-        "error_detail": describe_error(err),
-        **error_pct(base.hardware.device),
+        "regime": err.regime,
+        "memory_error": err.memory.short,
+        "time_error": step.short,
+        "fit_error": err.fit.text,
+        "time_error_label": step.long,
+        "error_detail": err.detail,
+        # the band a figure draws around this row's predicted days (NaN where nothing is scored)
+        "step_time_error_median_pct": step.median_pct if step.scored else math.nan,
+        "step_time_error_p90_pct": step.p90_pct if step.scored else math.nan,
         "original_gpus": base.model.recipe.original_gpus,
         "original_days": base.model.recipe.original_days,
     }
@@ -397,7 +363,10 @@ def predicted_frame(chosen: list[Asked], prices) -> pd.DataFrame:
 
 def predicted_table(frame: pd.DataFrame) -> Table:
     """The predicted rows as a report table of their own, every figure's header saying predicted."""
-    errors = {f"Error so far on {d}: {e}." for d, e in zip(frame["device"], frame["error_detail"], strict=True)}
+    errors = [
+        f"Error of {m} on {b} ({r}): {e}."
+        for m, b, r, e in zip(frame["model"], frame["budget"], frame["regime"], frame["error_detail"], strict=True)
+    ]
     constants = {f"Constants of {b}: {c}." for b, c in zip(frame["budget"], frame["constants"], strict=True)}
     return Table(
         "predicted",
@@ -410,16 +379,17 @@ def predicted_table(frame: pd.DataFrame) -> Table:
             Column("fits", "fits (predicted)", width=70),
             Column("mem_budget_gib", "GiB per device", "gib"),
             Column("predicted_device_gib", "predicted GiB/GPU", "gib"),
-            Column("memory_error", "memory error so far"),
+            Column("memory_error", "memory error in its regime"),
             Column("predicted_step_time_s", "predicted step (s)", "s"),
-            Column("time_error", "step-time error so far"),
+            Column("time_error", "step-time error in its regime"),
             Column("predicted_tokens_per_s", "predicted tokens/s", "int"),
             Column("predicted_mfu", "predicted MFU", "frac%"),
             Column("predicted_days", "predicted days", "days"),
             Column("predicted_gpu_hours", "predicted GPU-hours", "hours"),
             Column("predicted_cloud_cost_usd", "predicted cloud cost", "usd"),
             Column("predicted_owned_cost_usd", "predicted owned cost", "usd"),
-            Column("fit_error", "fit/oom right so far"),
+            Column("regime", "error regime"),
+            Column("fit_error", "fit called wrong so far"),
             Column("configs_fit", "configs predicted to fit", "int"),
             Column("configs_valid", "configs predicted", "int"),
             Column("recipe", "recipe"),
@@ -429,10 +399,12 @@ def predicted_table(frame: pd.DataFrame) -> Table:
             "Predicted by suite.predict (suite-predict) for the configurations of the search space "
             "(ZeRO stage, offload, recomputation, attention, every micro-batch), never measured; kept out of "
             "every measured table and winner above. The fastest predicted to fit is shown, or 'does not fit'.",
-            "Error so far: median and p90 of |predicted - measured| / measured over the trials of that kind of "
-            "device `suite-report accuracy --publish` scored; 'not yet measured' where none was. Days, GPU-hours "
-            "and costs follow from the predicted step time (same formulas as the measured ones) and carry its error.",
-            *sorted(errors),
+            "Error in its regime: median |predicted - measured| / measured, with its n, over the scored runs of "
+            "the configuration's regime (GPU class, engine, offload, GPU count, size band; docs/predictor.md); "
+            "'nearest' where that regime has too few and the nearest scored one is shown, named below. Days, "
+            "GPU-hours and costs follow from the predicted step time (same formulas as the measured ones) and "
+            "carry its error.",
+            *errors,
             *sorted(constants),
         ),
     )

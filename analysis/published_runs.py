@@ -3,6 +3,7 @@ constant of the GPU model fitted to them (`suite.predict.gpu.fitted_sustained`).
 
     suite-predict published-accuracy                 # every published run predicted and scored, out of sample
     suite-predict published-accuracy --publish       # also results/accuracy/cuda-published.json
+    suite-predict published-accuracy --publish --out F   # written to F instead (a check)
 
 The runs are `benchmarks/published/` (one YAML per source, each run with its source group). Each
 becomes a Trial (`trial_for`): its model from the run's transformers config, its GPU profile
@@ -20,8 +21,9 @@ predicted/published tokens/s at 1); `leave_one_group_out` predicts each group's 
 on the other groups' runs, so every figure scored is out of sample, and gives the fraction fitted on
 all groups, the one the predictor ships (read back from the published file). `score` summarises
 the scored runs overall and per breakdown (`BREAKDOWNS`: a function from a scored run to its key,
-one per breakdown); `publish` writes the summary `suite-predict` shows with every GPU figure
-(`suite.predict.published_error`).
+one per breakdown; the regime ones by `suite.predict.regimes`), each with fit counted as false
+"does not fit" (every published run ran); `publish` writes it, whose `by_regime` every GPU
+figure's error label reads (`suite.predict.regimes.error_label`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from suite.files import write_json
 from suite.predict import MEMORY_KINDS, Predictor
 from suite.predict.gpu import ARCHITECTURES, Implementation, arch
 from suite.predict.machine import datasheet
+from suite.predict.regimes import Regime, fit_counts, n_params_of, regime
 from suite.predict.timing import Network
 
 FIT_STEPS = 8
@@ -350,6 +353,7 @@ def predict(rs: list[Row], sustained: dict[str, float] | None = None) -> list[di
             step_s=p.step_time_s,
             implementation=_impl_text(r.impl),
             network=net.name if r.trial.nodes > 1 else "",
+            regime=asdict(regime(r.trial, n_params_of(r.trial))),  # what the error labels are summarised by
         )
         out.append(rec)
     return out
@@ -431,8 +435,12 @@ def summarize(recs: list[dict]) -> dict:
     # definitions as much as runs; kept for comparison.
     mixed = [(r["predicted_mfu"], r["measured_mfu"]) for r in scored if r["measured_mfu"] and r["predicted_mfu"]]
     mem = [r["mem_err_pct"] for r in scored if r.get("mem_err_pct") is not None]
+    fit = fit_counts([r["fits"] for r in scored], [True] * len(scored))  # every published run ran
     return {
+        "n": len(scored),
         "tokens_per_s_per_gpu_err_pct": _stats([r["tps_err_pct"] for r in scored]),
+        # seconds per step, as suite-predict prints them: step = tokens / (tokens/s), so its error is 1/ratio - 1
+        "step_time_err_pct": _stats([100 * (1 / r["ratio"] - 1) for r in scored]),
         "predicted_over_published_median": statistics.median([r["ratio"] for r in scored]) if scored else None,
         "mfu_spearman": _spearman([a for a, _ in suite], [b for _, b in suite]),
         "mfu_n": len(suite),
@@ -441,18 +449,37 @@ def summarize(recs: list[dict]) -> dict:
         "mfu_spearman_mixed_definitions": _spearman([a for a, _ in mixed], [b for _, b in mixed]),
         "predicted_mfu_max": max((r["predicted_mfu"] or 0 for r in scored), default=None),
         "peak_mem_err_pct": _stats(mem),
-        "fit_right_pct": 100 * sum(r["fits"] for r in scored) / len(scored) if scored else None,
-        "fit_n": len(scored),
+        "memory_err_pct_by_kind": {
+            kind: st
+            for kind in MEMORY_KINDS
+            if (
+                st := _stats(
+                    [r["mem_err_pct"] for r in scored if r.get("mem_err_pct") is not None and r.get("mem_kind") == kind]
+                )
+            )["n"]
+        },
+        "fit": fit,
+        "fit_false_no_pct": 100 * fit["false_no_fit"] / fit["ran"] if fit["ran"] else None,
     }
 
 
-BREAKDOWNS: dict[str, Callable[[dict], str]] = {
+def regime_of(r: dict) -> Regime:
+    """A scored row's regime (`with_regimes` put its fields on it)."""
+    return Regime(**r["regime"])
+
+
+BREAKDOWNS: dict[str, Callable[[dict], str | list[str]]] = {
     "by_group": itemgetter("group"),
     "by_source": itemgetter("source"),
     "by_gpu": itemgetter("gpu"),
+    "by_gpu_class": lambda r: r["regime"]["gpu_class"],
+    # the cross table of the issue: class x engine x GPU count x size band (offload either way)
+    "by_class_engine_gpus_size": lambda r: replace(regime_of(r), offload=None).text,
+    # what the error labels read (suite.predict.regimes): every relaxation level of the row's regime
+    "by_regime": lambda r: [x.key for x in regime_of(r).levels()],
 }
-"""Each breakdown of the score: its name and the function from a scored run to its key. A new way to
-split the runs (a regime: GPU class, engine, GPU count, model size) is one more entry."""
+"""Each breakdown of the score: its name and the function from a scored run to its key, or to the
+keys it counts under (a regime and each of its relaxed levels)."""
 
 
 def score(recs: list[dict]) -> dict:
@@ -460,9 +487,13 @@ def score(recs: list[dict]) -> dict:
     |tokens/s error|."""
     scored = [r for r in recs if "tps_err_pct" in r]
 
-    def by(key: Callable[[dict], str]) -> dict:
-        keys = sorted({key(r) for r in scored})
-        return {k: summarize([r for r in scored if key(r) == k]) for k in keys}
+    def keys(key: Callable[[dict], str | list[str]], r: dict) -> list[str]:
+        k = key(r)
+        return k if isinstance(k, list) else [k]
+
+    def by(key: Callable[[dict], str | list[str]]) -> dict:
+        every = sorted({k for r in scored for k in keys(key, r)})
+        return {k: summarize([r for r in scored if k in keys(key, r)]) for k in every}
 
     worst = sorted(scored, key=lambda r: -abs(r["tps_err_pct"]))[:10]
     best_mfu: dict[str, float] = {}
@@ -500,19 +531,20 @@ def as_text(s: dict) -> str:
     def line(name: str, st: dict) -> str:
         t = st["tokens_per_s_per_gpu_err_pct"]
         if not t.get("n"):
-            return f"  {name:<24} no row scored"
-        m = st["peak_mem_err_pct"]
-        mem = f"memory {m['median']:.1f}% ({m['n']})" if m.get("n") else "memory n/a"
+            return f"  {name:<36} no row scored"
+        mem = ", ".join(f"{k} {m['median']:.1f}% ({m['n']})" for k, m in st["memory_err_pct_by_kind"].items())
         rho, own = st["mfu_spearman"], st["mfu_spearman_source_definition"]
+        f = st["fit"]
         return (
-            f"  {name:<24} n={t['n']:>3}  tokens/s/GPU |err| median {t['median']:5.1f}% p90 {t['p90']:5.1f}% "
+            f"  {name:<36} n={t['n']:>3}  tokens/s/GPU |err| median {t['median']:5.1f}% p90 {t['p90']:5.1f}% "
             f"max {t['max']:6.1f}%  pred/pub {st['predicted_over_published_median']:.2f}  "
             f"MFU rho {'n/a' if rho is None else f'{rho:.2f}'} ({'n/a' if own is None else f'{own:.2f}'} as the "
-            f"source counts, {st['mfu_n_source_definition']} runs)  fit {st['fit_right_pct']:.0f}%  {mem}"
+            f"source counts, {st['mfu_n_source_definition']} runs)  "
+            f"predicted not to fit {f['false_no_fit']} of {f['ran']} (all ran)  memory {mem or 'n/a'}"
         )
 
     out = ["Published runs, predicted as their implementation ran (out of sample):", line("overall", s["overall"])]
-    for part in ("by_group", "by_gpu"):
+    for part in ("by_group", "by_gpu", "by_gpu_class", "by_class_engine_gpus_size"):
         out.append(part.replace("_", " ") + ":")
         out += [line(k, v) for k, v in s[part].items()]
     out.append(f"skipped {len(s['skipped'])}: " + "; ".join(f"{x['id']} ({x['why']})" for x in s["skipped"]))
@@ -524,8 +556,10 @@ def as_text(s: dict) -> str:
     return "\n".join(out)
 
 
-def publish(s: dict, recs: list[dict]) -> Path:
-    """results/accuracy/cuda-published.json (`out_path`), which every GPU figure is shown with."""
+def publish(s: dict, recs: list[dict], path: Path | None = None) -> Path:
+    """results/accuracy/cuda-published.json (`out_path`; `path` instead where given): what every GPU
+    figure's error label reads (`suite.predict.regimes.error_label`: `by_regime`,
+    `memory_err_pct_by_kind`) and the sustained fraction (`sustained_fitted`)."""
 
     o = s["overall"]
     body = {
@@ -537,17 +571,18 @@ def publish(s: dict, recs: list[dict]) -> Path:
         "out_of_sample": "every constant is cited (suite/predict/gpu.py) but the sustained fraction per GPU "
         "architecture, which is fitted on the other groups' runs for each group's rows (leave one group out; "
         "`sustained_fitted` has each fold's value)",
-        "n_records": o["fit_n"],
+        "n_records": o["n"],
         "tokens_per_s_err_pct": o["tokens_per_s_per_gpu_err_pct"],
-        "step_time_err_pct": o["tokens_per_s_per_gpu_err_pct"],
+        "step_time_err_pct": o["step_time_err_pct"],
         "peak_mem_err_pct": o["peak_mem_err_pct"],
-        "fit_right_pct": o["fit_right_pct"],
-        "fit_n": o["fit_n"],
+        "memory_err_pct_by_kind": o["memory_err_pct_by_kind"],
+        "fit": o["fit"],
+        "fit_false_no_pct": o["fit_false_no_pct"],
         **{k: v for k, v in s.items() if k != "overall"},
         "overall": o,
         "rows": recs,
     }
-    return write_json(out_path(), body, indent=1)
+    return write_json(path or out_path(), body, indent=1)
 
 
 def run(limit: int = 0, fit: bool = True) -> tuple[dict, list[dict]]:

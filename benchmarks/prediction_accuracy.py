@@ -52,6 +52,7 @@ from suite.config.schema import SearchConfig
 from suite.files import write_json
 from suite.predict import Predictor
 from suite.predict.machine import Machine, calibration_key, load_calibration, save_calibration
+from suite.predict.regimes import fit_counts
 from suite.record import Record
 from suite.runner import run_one, summary_line
 from suite.space import shardings, with_methods
@@ -307,7 +308,13 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
         df["err"] = pd.to_numeric(df["peak_mem_err_pct"])
 
         def figures(g: pd.DataFrame) -> dict:
-            return {"peak_mem_err_pct": _stats(g["err"]), "fit_right": int(g["fit_right"].sum()), "fit_n": len(g)}
+            ran = [o == "ok" for o in g["outcome"]]
+            return {
+                "peak_mem_err_pct": _stats(g["err"]),
+                "fit_right": int(g["fit_right"].sum()),
+                "fit_n": len(g),
+                "fit": fit_counts([bool(f) for f in g["pred_fits"]], ran),
+            }
 
         row = {
             "trials": result.name,
@@ -323,16 +330,22 @@ def rescore_memory(result: Path, calibrations: list[Path]) -> list[dict]:
         st = row["peak_mem_err_pct"]
         print(
             f"{result.name} with {cal.source[:60]}: peak memory {st['median']:.1f} / {st['p90']:.1f} / "
-            f"{st['max']:.1f} % (median, p90, max |error|), fit/oom right {row['fit_right']}/{row['fit_n']}",
+            f"{st['max']:.1f} % (median, p90, max |error|), {fit_text(row['fit'])}",
             flush=True,
         )
         for label, per in (("model", row["per_model"]), ("method", row["per_method"])):
             for name, f in per.items():
                 print(
                     f"  {label} {name}: memory median {f['peak_mem_err_pct'].get('median', float('nan')):.1f}%, "
-                    f"max {f['peak_mem_err_pct'].get('max', float('nan')):.1f}%, fit/oom {f['fit_right']}/{f['fit_n']}"
+                    f"max {f['peak_mem_err_pct'].get('max', float('nan')):.1f}%, {fit_text(f['fit'])}"
                 )
     return rows
+
+
+def fit_text(f: dict[str, int]) -> str:
+    """Fit called wrong each way apart (`suite.predict.regimes.fit_counts`)."""
+    fits, no_fit = f"{f['false_fit']}/{f['oom']} OOMs", f"{f['false_no_fit']}/{f['ran']} that ran"
+    return f'false "fits" {fits}, false "does not fit" {no_fit}'
 
 
 def chosen(ap: argparse.ArgumentParser, models: str) -> tuple[str, ...]:

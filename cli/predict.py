@@ -1,5 +1,6 @@
 """`suite-predict`: predicted memory, step time, days and cost of a model on hardware nobody here
-has measured, every figure labelled predicted and shown with the error measured so far.
+has measured, every figure labelled predicted and shown with the error measured so far in its regime
+(each row's tag names its regime; the legend under the table gives each regime's labels with their n).
 
     suite-predict model=pythia-1b hardware=a6000 hardware.count=4     # every valid configuration, ranked
     suite-predict model=pythia-1b hardware=all                         # the best configuration per GPU budget
@@ -7,7 +8,7 @@ has measured, every figure labelled predicted and shown with the error measured 
     suite-predict model=pythia-1b hardware=a100-80gb hardware.count=8 search.fixed=true \
         methods.engine=fsdp2 methods.recompute=selective methods.micro_batch=8   # one configuration, as given
     suite-predict calibrate hardware=cpu [--quick]                     # measure this machine's constants
-    suite-predict published-accuracy [--publish] [--no-fit] [--rows N] # GPU predictions against published runs
+    suite-predict published-accuracy [--publish [--out F]] [--no-fit] [--rows N] # GPU predictions vs published runs
     suite-predict model=pythia hardware=rtx-3090 hardware.host.mem_gib=128 hardware.host.nvme_gib=931 --largest
         # per memory tier (GPU; + 128 GiB host memory; + a 1 TB NVMe drive) the largest Pythia that trains
 
@@ -27,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis import ReportError, published_runs
-from analysis.predicted import describe_error, error_note, predict_all
+from analysis.predicted import PUBLISHED_CAVEAT, Labels, predict_all
 from analysis.prices import gpu_keys, load_prices
 from suite import nvme
 from suite.calibrate import calibrate
@@ -50,22 +51,60 @@ def _num(x: float | None, fmt: str) -> str:
     return format(x, fmt)
 
 
-def _columns(err: dict[str, str]) -> str:
-    mem, time = err["mem_short"], err["time_short"]
-    return f"{'fits':<5} {'GiB/GPU ' + mem:>14} {'s/step ' + time:>14} {'MFU':>6} {'days':>8} {'cloud $':>10}"
+def _columns() -> str:
+    return f"{'fits':<5} {'GiB/GPU':>9} {'±':>6} {'s/step':>10} {'±':>6} {'MFU':>6} {'days':>8} {'cloud $':>10}  regime"
 
 
-def _cells(r: dict) -> str:
+def _cells(r: dict, tag: str) -> str:
     mfu = _num(r["mfu"] and 100 * r["mfu"], "5.1f") + ("%" if r["mfu"] else " ")
+    err: Labels = r["labels"]
     return (
-        f"{'yes' if r['fits'] else 'no':<5} {_num(r['device_gib'], '14.2f')} {_num(r['step_time_s'], '14.3f')} "
-        f"{mfu:>6} {_num(r['days'], '8.1f')} {_num(r['cloud_usd'], '10,.0f')}"
+        f"{'yes' if r['fits'] else 'no':<5} {_num(r['device_gib'], '9.2f')} {err.memory.cell:>6} "
+        f"{_num(r['step_time_s'], '10.3f')} {err.step.cell:>6} {mfu:>6} {_num(r['days'], '8.1f')} "
+        f"{_num(r['cloud_usd'], '10,.0f')}  {tag}"
     )
 
 
-def table(rs: list[dict], err: dict[str, str]) -> list[str]:
-    head = f"{'#':>3}  {'configuration':<48} {_columns(err)}"
-    return [head, "-" * len(head)] + [f"{i:>3}  {r['config']:<48} {_cells(r)}" for i, r in enumerate(rs, 1)]
+def tags(rs: list[dict]) -> dict[str, str]:
+    """A short tag (A, B, ..., Z, AA, ...) per regime of `rs`, in order of first appearance."""
+    out: dict[str, str] = {}
+    for r in rs:
+        regime = r["labels"].regime
+        if regime not in out:
+            i, tag = len(out), ""
+            while True:
+                tag = chr(ord("A") + i % 26) + tag
+                i = i // 26 - 1
+                if i < 0:
+                    break
+            out[regime] = tag
+    return out
+
+
+def legend(rs: list[dict], tagged: dict[str, str]) -> list[str]:
+    """Each tag's regime and its labels in full: step time, memory (GiB/GPU: nvidia-smi's kind), fit."""
+    out = [
+        "error labels by regime: each ± is the median |predicted - measured| / measured of scored runs in the "
+        "regime named, with their n; * where the configuration's own regime has too few and another is shown, named:"
+    ]
+    seen: dict[str, Labels] = {}
+    for r in rs:
+        seen.setdefault(r["labels"].regime, r["labels"])
+    published = False
+    for regime, err in seen.items():
+        out += [f"  {tagged[regime]:>2}  {regime}", f"      {err.step.long}", f"      {err.memory.long}"]
+        out.append(f"      fit: {err.fit.text}")
+        published |= "published runs" in (err.step.origin, err.memory.origin)
+    if published:
+        out.append(f"  {PUBLISHED_CAVEAT}")
+    return out
+
+
+def table(rs: list[dict]) -> list[str]:
+    tagged = tags(rs)
+    head = f"{'#':>3}  {'configuration':<48} {_columns()}"
+    lines = [f"{i:>3}  {r['config']:<48} {_cells(r, tagged[r['labels'].regime])}" for i, r in enumerate(rs, 1)]
+    return [head, "-" * len(head), *lines, *legend(rs, tagged)]
 
 
 def predict_main(overrides: list[str]) -> None:
@@ -79,25 +118,28 @@ def predict_main(overrides: list[str]) -> None:
     if every:
         model = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "the model")
         print(f"PREDICTED, not measured: the best configuration of {model} per hardware profile")
-        err = error_note(found[0].base.hardware.device if found else "cuda")
-        head = f"{'hardware':<18} {'best configuration':<48} {_columns(err)}"
+        best = [b.best for b in found if b.best]
+        tagged = tags(best)
+        head = f"{'hardware':<18} {'best configuration':<48} {_columns()}"
         print(head + "\n" + "-" * len(head))
         for b in found:
-            best, label = b.best, f"cannot run: {b.why}" if b.why else b.label
-            cells = f"{best['config']:<48} {_cells(best)}" if best else "" if b.why else "does not fit"
+            label = f"cannot run: {b.why}" if b.why else b.label
+            if b.best:
+                cells = f"{b.best['config']:<48} {_cells(b.best, tagged[b.best['labels'].regime])}"
+            else:
+                cells = "" if b.why else "does not fit"
             print(f"{_budget(b):<18} {cells}" + (f"  [{label}]" if label else ""))
-        print(f"error so far: {describe_error(err)}")
+        print("\n".join(legend(best, tagged)))
         return
     written = []
     for b in found:
-        base, err = b.base, error_note(b.base.hardware.device)
+        base = b.base
         at = f", at {b.label}" if b.label else ""
         per_device = f"{base.hardware.mem_gib:g} GiB per device{at}"
         print(f"PREDICTED, not measured: {base.model.name} on {_budget(b)} ({per_device})")
         print(f"  {len(b.rows)} valid configurations; constants: {b.predictor.machine(base).source}")
-        print(f"  error so far: {describe_error(err)}")
-        print("\n".join("  " + line for line in table(b.rows, err)))
-        written.append(write_csv(base, b.rows, err))
+        print("\n".join("  " + line for line in table(b.rows)))
+        written.append(write_csv(base, b.rows))
     for path in written:
         print(f"wrote {path}")
 
@@ -107,17 +149,17 @@ def _budget(b) -> str:
     return b.base.hardware.name + nodes
 
 
-def write_csv(base: Trial, rs: list[dict], err: dict) -> Path:
-    """Every predicted configuration of one budget, as CSV, each row marked predicted."""
+def write_csv(base: Trial, rs: list[dict]) -> Path:
+    """Every predicted configuration of one budget, as CSV, each row marked predicted, with its labels."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     path = OUT_DIR / f"{base.model.name}-{base.hardware.name}{f'-{base.nodes}nodes' if base.nodes > 1 else ''}.csv"
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["predicted", *CSV_FIELDS, "memory_error", "time_error"])
+        w.writerow(["predicted", *CSV_FIELDS, "regime", "memory_error", "time_error", "fit_error"])
         for r in rs:
-            w.writerow(
-                ["yes", *(r["config" if k == "configuration" else k] for k in CSV_FIELDS), err["mem"], err["time"]]
-            )
+            err: Labels = r["labels"]
+            cells = (r["config" if k == "configuration" else k] for k in CSV_FIELDS)
+            w.writerow(["yes", *cells, err.regime, err.memory.long, err.step.long, err.fit.text])
     return path
 
 
@@ -139,13 +181,14 @@ def published_main(args: list[str]) -> None:
 
     ap = argparse.ArgumentParser(prog="suite-predict published-accuracy", description=published_main.__doc__)
     ap.add_argument("--publish", action="store_true", help="write results/accuracy/cuda-published.json")
+    ap.add_argument("--out", type=Path, help="with --publish: write there instead (a check that leaves the file be)")
     ap.add_argument("--no-fit", action="store_true", help="the cited constants alone: every sustained fraction 1.0")
     ap.add_argument("--rows", type=int, default=0, help="score only the first N expressible runs (a check)")
     a = ap.parse_args(args)
     s, recs = published_runs.run(a.rows, fit=not a.no_fit)
     print(published_runs.report(s))
     if a.publish:
-        print(f"wrote {published_runs.publish(s, recs)}")
+        print(f"wrote {published_runs.publish(s, recs, a.out)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -640,18 +640,21 @@
   // ---- predicted rows: a section and table of their own, never in ROWS ------------------------
 
   const PREDICTED = DATA.predicted;
-  const errorLine = (text) => el("span", { class: "ci err", text: `error so far: ${text}` });
+  // Each figure's error is its regime's (GPU class, engine, offload, GPU count, size band), with its n;
+  // the regime and every label in full are in the row's title and the sources under the table.
+  const errorLine = (text) => el("span", { class: "ci err", text: `error in its regime: ${text}` });
   const PREDICTED_COLUMNS = [
     { key: "model", label: "Model", cell: (r) => r.model },
     { key: "budget", label: "Hardware", cell: (r) => r.budget },
     { key: "config", label: "Best configuration (predicted)", cls: "methods", cell: (r) => r.config },
     { key: "fits", label: "Fits (predicted)", cls: "methods",
-      cell: (r) => [r.fits, el("span", { class: "ci err", text: `fit/oom right so far: ${r.fit_error}` })] },
+      cell: (r) => [r.fits, el("span", { class: "ci err", text: `fit so far: ${r.fit_error}` })] },
     { key: "predicted_device_gib", label: "Predicted GiB/GPU", num: true,
       cell: (r) => [has(r.predicted_device_gib) ? `${fmt(r.predicted_device_gib, "gib")} of ${fmt(r.mem_budget_gib, "gib")}`
         : na, errorLine(r.memory_error)] },
     { key: "predicted_step_time_s", label: "Predicted step (s)", num: true,
       cell: (r) => [fmt(r.predicted_step_time_s, "s"), errorLine(r.time_error)] },
+    { key: "regime", label: "Error regime", cls: "methods", cell: (r) => r.regime },
     { key: "predicted_tokens_per_s", label: "Predicted tokens/s", num: true,
       cell: (r) => fmt(r.predicted_tokens_per_s, "int") + (r.unit === "image" && has(r.predicted_tokens_per_s) ? " img" : "") },
     { key: "predicted_mfu", label: "Predicted MFU", num: true, cell: (r) => fmt(r.predicted_mfu, "pct") },
@@ -674,11 +677,11 @@
     for (const r of PREDICTED) {
       const tr = el("tr", { class: `predicted-row${r.config === "does not fit" ? " nofit" : ""}`,
         title: `Predicted, not measured. ${r.recipe}; ${r.configs_fit} of ${r.configs_valid} configurations ` +
-          `predicted to fit. Error so far: ${r.error_detail}. Constants: ${r.constants}` });
+          `predicted to fit. Error in its regime (${r.regime}): ${r.error_detail}. Constants: ${r.constants}` });
       for (const col of PREDICTED_COLUMNS) tr.append(cellElement(col, r));
       body.append(tr);
     }
-    const sources = [...new Set(PREDICTED.flatMap((r) => [`Error so far on ${r.device}: ${r.error_detail}.`,
+    const sources = [...new Set(PREDICTED.flatMap((r) => [`Error of ${r.model} on ${r.budget} (${r.regime}): ${r.error_detail}.`,
       `Constants of ${r.budget}: ${r.constants}.`]))];
     document.getElementById("predicted-sources").textContent = sources.join(" ");
   }

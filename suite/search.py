@@ -42,8 +42,9 @@ from suite.calibrate import calibrate
 from suite.config.schema import SearchConfig, Trial
 from suite.config.validate import problems, unsupported
 from suite.labels import methods_label
-from suite.predict import Estimate, Estimator, Predictor, published_error
+from suite.predict import Estimate, Estimator, Predictor
 from suite.predict.machine import NotCalibrated, calibration_key, save_calibration
+from suite.predict.regimes import error_label, n_params_of
 from suite.record import Record
 from suite.runner import Ran
 from suite.space import combinations, divisors, micro_batches, with_methods
@@ -264,15 +265,15 @@ def from_store(report: SearchReport, t: Trial, run: Run, stored: Callable[[Trial
 
 
 def prediction_error(base: Trial, cfg: SearchConfig) -> tuple[float, str]:
-    """How far an unmeasured prediction may be off (a fraction of its step time), and why."""
+    """How far an unmeasured prediction may be off (a fraction of its step time), and why: the
+    base trial's step-time error label (`suite.predict.regimes.error_label`: its regime's, or the
+    nearest scored one's, named), else 10%."""
     if cfg.pred_error is not None:
         return cfg.pred_error, "search.pred_error"
-
-    s = published_error(base.hardware.device) or {}
-    st = s.get("step_time_err_pct") or {}
-    if st.get("n"):
-        return st["median"] / 100, f"median |error| on {st['n']} {base.hardware.device} trials, results/accuracy"
-    return 0.10, f"no {base.hardware.device} accuracy published: 10% assumed"
+    label = error_label(base, "step", n_params_of(base))
+    if label.scored:
+        return label.median_pct / 100, f"{label.long} (results/accuracy)"
+    return 0.10, f"no {base.hardware.device} accuracy published for it ({label.long}): 10% assumed"
 
 
 def spent(report: SearchReport, cfg: SearchConfig) -> bool:

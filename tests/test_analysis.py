@@ -449,7 +449,8 @@ def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_pre
     accuracy = tmp_path / "accuracy"
     accuracy.mkdir()
     stat = {"n": 12, "median": 4.2, "p90": 9.8, "max": 14.0}
-    summary = {"n_records": 12, "peak_mem_err_pct": stat, "step_time_err_pct": stat | {"median": 7.5}}
+    sxm = {"n": 12, "memory_err_pct_by_kind": {"nvidia-smi": stat}, "step_time_err_pct": stat | {"median": 7.5}}
+    summary = {"n_records": 12, "by_regime": {"datacenter-sxm|*|*|*|*": sxm}}
     (accuracy / "cuda.json").write_text(json.dumps(summary | {"fit_right_pct": 100.0, "fit_n": 12, "source": "x"}))
     isolated_predictor.setattr("suite.paths.accuracy_dir", lambda: accuracy)
     fits, tight = tiny_predict("a100-80gb-x1"), tiny_predict("a100-80gb-x1", "hardware.mem_gib=0.01")
@@ -476,10 +477,11 @@ def test_tables_show_predicted_rows_apart_labelled_with_their_error(isolated_pre
     )
     assert best["predicted_gpu_hours"] == pytest.approx(24 * best["predicted_days"])
     assert best["fits"] == "yes" and best["configs_fit"] == best["configs_valid"] == len(ranked)
-    assert best["memory_error"] == "±4.2% median, 9.8% p90" and best["time_error"] == "±7.5% median, 9.8% p90"
+    assert best["memory_error"] == "±4% (n=12, nearest)" and best["time_error"] == "±8% (n=12, nearest)"
+    assert best["regime"].startswith("datacenter-sxm · ") and best["regime"].endswith(" · 1 GPU · <1B")
     assert none["config"] == "does not fit" and none["fits"].startswith("no: the least any needs is")
     assert none["configs_fit"] == 0 and math.isnan(none["predicted_step_time_s"]) and math.isnan(none["predicted_days"])
-    assert "does not fit" in out[title:] and "±4.2% median, 9.8% p90" in out[title:]
+    assert "does not fit" in out[title:] and "nearest regime datacenter-sxm: ±8% median, 10% p90, n=12" in out[title:]
     for path in out_dir.iterdir():  # never mixed: no measured table names the predicted budget
         assert path.stem == "predicted" or "a100-80gb-x1" not in path.read_text(), path.name
 

@@ -57,14 +57,15 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory):
     """This machine's committed calibration of cpu-x2 (the
-    fixtures ran on it, host vm); a published GPU step-time error of ±7.5% median, 9.8% p90."""
+    fixtures ran on it, host vm); a published step-time error of ±7.5% median, 9.8% p90 on datacenter-sxm GPUs."""
     base = tmp_path_factory.getbasetemp()
     calibration, accuracy = base / "figures-calibration", base / "figures-accuracy"
     (calibration / "vm").mkdir(parents=True, exist_ok=True)
     shutil.copy(CALIBRATION, calibration / "vm" / "cpu-x2.json")
     accuracy.mkdir(exist_ok=True)
     stat = {"n": 12, "median": 7.5, "p90": 9.8, "max": 14.0}
-    (accuracy / "cuda.json").write_text(json.dumps({"n_records": 12, "step_time_err_pct": stat, "source": "test"}))
+    sxm = {"n": 12, "step_time_err_pct": stat}  # every datacenter-sxm regime's figure
+    (accuracy / "cuda.json").write_text(json.dumps({"by_regime": {"datacenter-sxm|*|*|*|*": sxm}, "source": "test"}))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SUITE_CALIBRATION_DIR", str(calibration))
         mp.setattr("suite.paths.accuracy_dir", lambda: accuracy)
@@ -209,6 +210,9 @@ def test_a_predicted_point_never_appears_in_a_measured_series(written):
     p = pred.iloc[0]  # the band is where the measurement would be at the published p90 error, 9.8%
     assert p["predicted_days_p90_err_lo"] == pytest.approx(p["predicted_days"] / 1.098)
     assert p["predicted_days_p90_err_hi"] == pytest.approx(p["predicted_days"] / 0.902)
+    caption = (figures / f"{figure('days-vs-gpus')}.txt").read_text()  # the band's regime, named, with its n
+    assert "pythia-14m on a100-80gb-x1: step time: not scored in datacenter-sxm · " in caption
+    assert "nearest regime datacenter-sxm: ±8% median, 10% p90, n=12 GPU trials of the suite" in caption
     with matplotlib.rc_context(plotting.STYLE):
         fig = plotting.days_vs_gpus(data)
     panel = next(ax for ax in fig.axes if ax.get_title() == "pythia-14m")

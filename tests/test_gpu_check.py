@@ -580,6 +580,9 @@ def test_the_checks_records_are_scored_by_accuracy_for_cuda(tmp_path, monkeypatc
     result = accuracy.run(records, tmp_path / "report", publish=True)["cuda"]
     assert result["step_time_err_pct"]["n"] == 1 and result["peak_mem_err_pct"]["n"] == 1
     assert result["fit_right_pct"] == 100.0 and result["fit_n"] == 2  # the forced OOM: predicted not to fit
+    assert result["fit"] == {"ran": 1, "false_no_fit": 0, "oom": 1, "false_fit": 0}  # each way apart
+    h200 = result["by_regime"]["datacenter-sxm|*|*|*|*"]  # what an H200 prediction's error label reads
+    assert h200["n"] == 2 and h200["fit"] == result["fit"]
     assert published_error("cuda")["step_time_err_pct"] == result["step_time_err_pct"]
 
 

@@ -302,6 +302,7 @@ def test_a_fixture_grid_is_scored_per_cap_per_engine_and_per_budget_with_each_tr
     assert s["per_memory"]["24 GiB capped"]["fit_right_pct"] == pytest.approx(100 * 6 / 7)
     assert s["per_memory"]["140 GiB"]["fit_n"] == 4 and s["per_memory"]["140 GiB"]["fit_right_pct"] == 100.0
     assert s["fit_n"] == 11 and s["fit_right_pct"] == pytest.approx(100 * 10 / 11)
+    assert s["fit"] == {"ran": 7, "false_no_fit": 0, "oom": 4, "false_fit": 1}  # each way apart
     # Memory: |predicted - measured| / measured of the 7 that ran, e.g. DDP mb 8: 16.5 against 16.9 GiB.
     mem = s["per_memory"]["24 GiB capped"]["peak_mem_err_pct"]
     assert mem["n"] == 4 and mem["max"] == pytest.approx(100 * (10.6 - (2.384 + 7.2 - 0.3)) / 10.6, abs=0.1)
@@ -345,4 +346,8 @@ def test_the_fixture_grids_accuracy_is_published_as_cuda_json(tmp_path, monkeypa
     assert {"median", "p90"} <= set(published["per_engine"]["FSDP2 full_shard"]["step_time_err_pct"])
     assert len(published["spearman"]) == 2 and len(published["trials"]) == 11
     out = capsys.readouterr().out
-    assert "within 24 GiB capped: fit/oom right 85.7% of 7" in out and "published " in out
+    assert 'within 24 GiB capped: false "fits" 1 of 3 OOMs, false "does not fit" 0 of 4 that ran' in out
+    assert "published " in out
+    # What an H200 prediction's error label reads: the regimes of the 11, each relaxed level too.
+    assert published["by_regime"]["datacenter-sxm|*|*|*|*"]["n"] == 11
+    assert published["by_regime"]["datacenter-sxm|*|*|*|*"]["fit"] == published["fit"]

@@ -6,6 +6,7 @@ fixed configuration and hardware=all, and the scoring against published runs
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -178,7 +179,8 @@ def test_suite_predict_fixed_configuration_is_one_row(capsys):
     assert main(args + ["methods.engine=fsdp2", "methods.recompute=selective", "methods.micro_batch=4"]) == 0
     out = capsys.readouterr().out
     assert "1 valid configurations" in out and "FSDP2 full_shard recompute selective mb 4x" in out
-    assert "vs " in out and "published runs" in out
+    assert "error labels by regime" in out and "datacenter-sxm · FSDP · no offload · 2-8 GPUs · <1B" in out
+    assert re.search(r"step time.* n=\d+ published runs|step time: not scored in datacenter-sxm", out)
     assert main(args + ["methods.micro_batch=3"]) == 2  # a micro-batch that does not divide is named
 
 
@@ -236,7 +238,8 @@ def test_published_runs_are_scored_on_a_few_rows():
     assert len(rows) >= 100 and any(r.skipped for r in rows)
     recs = pa.predict([r for r in rows if r.id.startswith("flash-attn-training")][:2])
     s = pa.score(recs)
-    assert s["overall"]["fit_n"] == 2 and s["overall"]["tokens_per_s_per_gpu_err_pct"]["n"] == 2
+    assert s["overall"]["n"] == 2 and s["overall"]["tokens_per_s_per_gpu_err_pct"]["n"] == 2
+    assert s["overall"]["fit"]["ran"] == 2 and all(r["regime"]["gpu_class"] for r in recs)
     assert all(0 < r["predicted_mfu"] < 1 for r in recs)
     assert "fuses" in recs[0]["implementation"]
 
@@ -270,10 +273,10 @@ def test_selective_recomputation_and_reduce_every_micro_step_train_for_real(tria
     assert sel["hardware_flops_per_token"] == pytest.approx(sel["model_flops_per_token"], rel=0.01)
 
 
-def test_the_demos_predicted_rows_carry_their_published_error_and_a_plausible_mfu():
+def test_the_demos_predicted_rows_carry_their_regimes_error_and_a_plausible_mfu():
     """Pythia-1B on 2x RTX 3090, 4x A6000 and 8x A100 (scripts/demo.sh): each row says its error
-    against published runs, and no predicted MFU is above the best MFU published for an Ampere
-    GPU (these three are Ampere; the published runs are A100s)."""
+    in its regime with its n (against published runs), and no predicted MFU is above the best MFU
+    published for an Ampere GPU (these three are Ampere; the published runs are A100s)."""
     import json
 
     from analysis.predicted import asked, best_row
@@ -285,8 +288,12 @@ def test_the_demos_predicted_rows_carry_their_published_error_and_a_plausible_mf
     for a in asked(["pythia-1b@rtx-3090-x2", "pythia-1b@a6000-x4", "pythia-1b@a100-80gb-x8"]):
         row = best_row(a, prices, keys)
         assert row["fits"] == "yes" and 0 < row["predicted_mfu"] <= best_ampere, row
-        assert row["time_error"].startswith("vs ") and "published runs" in row["time_error"]
-        assert "fused" in row["error_detail"]
+        assert row["regime"] in row["time_error_label"], row["time_error_label"]
+        if "by_regime" in published:  # as `suite-predict published-accuracy --publish` writes it now
+            assert row["time_error"].startswith("±") and "(n=" in row["time_error"], row["time_error"]
+            assert "published runs" in row["time_error_label"] and "fused" in row["error_detail"]
+        else:  # published before regimes: nothing is borrowed, each label says its regime is not scored
+            assert row["time_error"] == "±? (not scored)" and "not scored in" in row["time_error_label"]
 
 
 def test_zero3s_micro_step_on_a_datasheet_gpu_lasts_its_hosts_time_where_that_outlasts_the_gpus():

@@ -145,10 +145,10 @@ def test_predicted_rows_travel_apart_from_the_measured_ones(predicted_page, page
     assert sorted(r["trial_id"] for r in data["rows"]) == sorted(frame["trial_id"])
     assert PREDICTED_BUDGET not in {r["hardware"] for r in data["rows"]}
     fits, none = data["predicted"]
-    assert fits["budget"] == none["budget"] == PREDICTED_BUDGET
+    assert fits["budget"] == PREDICTED_BUDGET and none["budget"] == f"{PREDICTED_BUDGET} capped at 0.01 GiB"
     assert fits["fits"] == "yes" and fits["predicted_step_time_s"] > 0 and fits["predicted_days"] > 0
     assert none["config"] == "does not fit" and none["predicted_step_time_s"] is None
-    assert fits["memory_error"].startswith("not yet measured")
+    assert fits["memory_error"] == "±? (not scored)" and fits["regime"].startswith("datacenter-sxm · ")
 
 
 # ---- the HTML file itself --------------------------------------------------------------------
@@ -356,8 +356,10 @@ def test_predicted_section_is_apart_marked_and_out_of_the_measured_table(browser
     heads = [th.text for th in section.find_elements(By.CSS_SELECTOR, "#predicted-head th")]
     assert sum(h.startswith("Predicted") for h in heads) >= 8 and "Best configuration (predicted)" in heads
     fits, none = (r.text for r in rows)
-    assert "error so far: not yet measured" in fits and "does not fit" in none and "no: the least any needs" in none
-    assert "fit/oom right so far" in fits and "Error so far on cuda" in section.text
+    assert (
+        "error in its regime: ±? (not scored)" in fits and "does not fit" in none and "no: the least any needs" in none
+    )
+    assert "fit so far" in fits and "Error of " in section.text and "not scored in datacenter-sxm" in section.text
     # Never in the measured table, its filters, stars or plots.
     measured = browser.execute_script("return [...document.querySelectorAll('#table tr.row')].map(tr => tr.dataset.id)")
     assert sorted(measured) == sorted(frame["trial_id"])

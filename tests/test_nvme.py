@@ -189,6 +189,9 @@ def test_the_largest_model_per_tier_widens_with_each_tier():
     gpu, host, drive = (f.row for f in found)
     assert "offload" not in gpu["config"] and "offload" in host["config"] and "@nvme" in drive["config"]
     assert all(r["fits"] and r["days"] > 0 and r["tokens_per_s"] > 0 for r in (gpu, host, drive))
+    # Each tier's error label is its best configuration's regime's: on a consumer card, never unnamed.
+    assert all(r["labels"].regime.startswith("consumer-workstation · ") for r in (gpu, host, drive))
+    assert all(r["labels"].regime in r["labels"].step.long for r in (gpu, host, drive))
 
 
 @pytest.mark.slow

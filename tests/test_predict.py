@@ -321,7 +321,7 @@ def test_bandwidth_fields_leave_trial_ids_unchanged():
 
 def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatch):
     """A GPU budget is predicted from its datasheet on a machine without one; every figure is
-    labelled predicted, and its error is said to be not yet measured (no GPU record scored)."""
+    labelled predicted, and its error is said to be not scored in its regime (nothing published)."""
     from analysis import predicted
     from cli import predict
     from tests.conftest import TINY
@@ -332,10 +332,10 @@ def test_suite_predict_answers_for_gpus_with_no_gpu(capsys, tmp_path, monkeypatc
     assert predict.main([*model, "hardware=a100-40gb", "hardware.count=1"]) == 0
     out = capsys.readouterr().out
     assert "PREDICTED, not measured: pythia-14m on a100-40gb-x1" in out
-    assert "not yet measured (no GPU trial scored)" in out
+    assert "step time: not scored in datacenter-sxm · " in out
     rows = [line for line in out.splitlines() if re.match(r"\s+\d+  ", line)]
     assert rows and all(" yes " in r or " no " in r for r in rows)
-    assert float(rows[0].split()[-5]) > 0  # s/step of the best configuration
+    assert float(rows[0].split()[-6]) > 0  # s/step of the best configuration
     assert (tmp_path / "pythia-14m-a100-40gb-x1.csv").exists()
     assert len(predicted.budgets(["hardware=all"])) == 4 * len(predict.compose.gpu_profiles())  # GPU types x counts
     few = [["hardware=a6000", "hardware.count=4"], ["hardware=h100-sxm", "hardware.count=8"], ["hardware=v100-x1"]]

@@ -323,10 +323,19 @@ def tier_short(t: Trial, device_gib: float, host_gib: float, nvme_gib: float) ->
     return ""
 
 
+_PUBLISHED: dict[tuple[str, int, int], dict] = {}
+
+
 def published_error(kind: str) -> dict | None:
-    """The accuracy measured so far for predictions of `kind` (cpu, cuda): the summary
-    `suite-report accuracy --publish` commits under results/accuracy/, or None."""
+    """The accuracy measured so far for predictions of `kind` (cpu, cuda, cuda-published): the
+    summary `suite-report accuracy --publish` (or `suite-predict published-accuracy --publish`)
+    commits under results/accuracy/, or None. Read once per version of the file: every predicted
+    row's error label reads it."""
     path = paths.accuracy_dir() / f"{kind}.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _PUBLISHED:
+        _PUBLISHED[key] = json.loads(path.read_text())
+    return _PUBLISHED[key]
