@@ -21,6 +21,8 @@ One module per concern:
 - `export`: the winner of a (model, budget) as DeepSpeed JSON, `TrainingArguments` and a launch command.
 - `predicted`: predicted rows (`suite-predict`, `--predict`), every figure labelled predicted; the one
   policy both answer with (`predict_budget`).
+- `plan`: suite-plan's answer for a model: every GPU type with a price and count, bought or rented, measured
+  or predicted; the cheapest within the deadline, the fastest within the budget, the Pareto front.
 - `accuracy`: predicted against measured for every stored ok or oom record.
 """
 

@@ -9,6 +9,10 @@
     analytic_days      = total_flops / (n_gpus * peak_flops * mfu * 86400)   (predicted, FLOPs only)
     implied_mfu        = analytic_days at 100% MFU / days                    (of a published time)
     speedup_pct        = (naive step_time_s / best step_time_s - 1) * 100
+    energy_kwh         = power_w * n_gpus * days * 24 * pue / 1000         (board power at its maximum)
+    electricity_usd    = energy_kwh * usd_per_kwh
+    co2e_kg            = energy_kwh * grid_g_per_kwh / 1000
+    error_band         = [x / (1 + e), x / (1 - e)]   where x would lie were a prediction's |error| e
 
 `add_estimates` adds to a frame from `analysis.load` (NaN wherever an input is missing:
 a trial that did not run, a CPU with no peak or price, a GPU without a price row):
@@ -88,6 +92,29 @@ def implied_mfu(days, flops, n_gpus, peak_flops_per_gpu):
 def speedup_pct(naive_step_time_s, best_step_time_s):
     """How much faster the best configuration trains than the naive one, in percent."""
     return (naive_step_time_s / best_step_time_s - 1) * 100
+
+
+def energy_kwh(power_w, n_gpus, days, pue):
+    """Energy of `n_gpus` boards at `power_w` for `days`, with the facility's overhead (PUE)."""
+    return power_w * n_gpus * days * 24 * pue / 1000
+
+
+def electricity_usd(kwh, usd_per_kwh):
+    return kwh * usd_per_kwh
+
+
+def co2e_kg(kwh, grid_g_per_kwh):
+    return kwh * grid_g_per_kwh / 1000
+
+
+def error_band(x, err_pct):
+    """Where a measurement lies if a prediction `x` is off by |error| `err_pct` percent, (predicted -
+    measured) / measured: (x / (1 + e), x / (1 - e)), the high end NaN from 100% on (a Series or a number)."""
+    e = err_pct / 100
+    lo, hi = x / (1 + e), x / (1 - e)
+    if isinstance(hi, pd.Series):
+        return lo, hi.where(e < 1)
+    return lo, hi if e < 1 else math.nan
 
 
 def mfu_verdict(mfu: float) -> str:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from analysis import ReportError
 from analysis.accuracy import scorable, score
+from analysis.estimates import error_band
 from analysis.load import Results
 from analysis.tables import (
     GROUP,
@@ -148,13 +149,6 @@ def measured_phrase(rows: pd.DataFrame, what: str, x: Inputs, runs=None, level=N
     )
 
 
-def _band(days: pd.Series, err_pct: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Where the measurement lies if the prediction's error, (predicted - measured) / measured,
-    is within ±err_pct: [predicted / (1 + err), predicted / (1 - err)]; NaN where none is known."""
-    e = err_pct / 100
-    return days / (1 + e), (days / (1 - e)).where(e < 1)
-
-
 def predicted_phrase(pred: pd.DataFrame, drawn: str) -> str:
     """What is predicted, and how each point's error in its regime is drawn (`drawn`), or that it is not known."""
     if pred.empty:
@@ -250,7 +244,7 @@ def days_data(x: Inputs) -> Plotted | str:
     if len(pred):
         pred = pred.assign(series=_series(pred), source="predicted")
         for band in BANDS:
-            ends = _band(pred["predicted_days"], pred[f"step_time_error_{band}_pct"])
+            ends = error_band(pred["predicted_days"], pred[f"step_time_error_{band}_pct"])
             pred[f"predicted_days_{band}_err_lo"], pred[f"predicted_days_{band}_err_hi"] = ends
         bands = [f"predicted_days_{b}_err_{end}" for b in BANDS for end in ("lo", "hi")]
         pred = pred[[*DAYS_KEYS, "predicted_days", *bands, "step_time_error_median_pct", "step_time_error_p90_pct"]]
@@ -288,7 +282,7 @@ def cost_data(x: Inputs) -> Plotted | str:
             p = p.assign(series=_series(p), source="predicted", cost_kind=kind)
             p["predicted_cost_usd"] = p[f"predicted_{kind}_cost_usd"]
             for what in ("days", "cost_usd"):
-                ends = _band(p[f"predicted_{what}"], p["step_time_error_p90_pct"])
+                ends = error_band(p[f"predicted_{what}"], p["step_time_error_p90_pct"])
                 p[f"predicted_{what}_p90_err_lo"], p[f"predicted_{what}_p90_err_hi"] = ends
             bands = [f"predicted_{w}_p90_err_{e}" for w in ("days", "cost_usd") for e in ("lo", "hi")]
             frames.append(p[[*COST_KEYS, "predicted_days", "predicted_cost_usd", *bands, "step_time_error_p90_pct"]])

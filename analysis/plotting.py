@@ -428,6 +428,53 @@ def predicted_vs_measured(data: pd.DataFrame) -> Figure:
     return fig
 
 
+def plan_front(data: pd.DataFrame) -> Figure:
+    """suite-plan's figure: dollars up front against days of every option weighed, rented above and
+    bought below (one days axis), a colour and marker per GPU type, filled where measured and hollow
+    where predicted, bars at the ends of each interval; each panel's own front joined (renting only,
+    buying only), the options on the front of both ringed; the deadline and the budget, where given."""
+    kinds = [k for k in ("rent", "buy") if (data["acquisition"] == k).any()]
+    fig = Figure(figsize=(WIDTH_IN, PANEL_IN * 1.25 * len(kinds) + 0.9), layout="constrained")
+    axes = list(fig.subplots(len(kinds), 1, sharex=True, squeeze=False).ravel())
+    style = styles(data["gpu_name"])
+    first = data.iloc[0]
+    for ax, kind in zip(axes, kinds, strict=True):
+        g = data[data["acquisition"] == kind]
+        for (gpu, source), s in g.groupby(["gpu_name", "source"], sort=True):
+            colour, marker = style[gpu]
+            x, y = f"{source}_days", f"{source}_usd"
+            ax.errorbar(s[x], s[y], xerr=_bars(s, x, f"{x}_lo", f"{x}_hi"), yerr=_bars(s, y, f"{y}_lo", f"{y}_hi"),
+                        ls="none", color=colour, marker=marker, mfc=colour if source == "measured" else "white",
+                        ms=3.5, elinewidth=0.5, label=gpu)  # fmt: skip
+        days = g["measured_days"].fillna(g["predicted_days"])
+        usd = g["measured_usd"].fillna(g["predicted_usd"])
+        own = g["on_front_of_kind"]
+        order = days[own].sort_values().index
+        ax.plot(days[order], usd[order], color="0.25", lw=0.7, ls="--", zorder=1, label="front of each panel")
+        for i in order:
+            ax.annotate(f"x{g.loc[i, 'n_gpus']:g}", (days[i], usd[i]), xytext=(2, 3), textcoords="offset points",
+                        fontsize=5, color="0.3")  # fmt: skip
+        both = g["on_front"]
+        ax.plot(days[both], usd[both], ls="none", marker="o", ms=7, mfc="none", mec=ORANGE, mew=0.9,
+                label="on the front of both")  # fmt: skip
+        if pd.notna(first["max_days"]):
+            ax.axvline(first["max_days"], color=VERMILLION, ls=":", lw=0.8, label="deadline")
+        if pd.notna(first["max_usd"]):
+            ax.axhline(first["max_usd"], color=VERMILLION, ls="-.", lw=0.8, label="budget")
+        shown = [f"{s}_usd{end}" for s in ("measured", "predicted") for end in ("", "_lo", "_hi")] + ["max_usd"]
+        _value_axis(ax, "y", g[shown].stack())
+        ax.yaxis.set_major_formatter(FuncFormatter(_usd))
+        what = "rented" if kind == "rent" else "bought"
+        ax.set_title(f"{first['model']}, {first['tokens']:,.0f} {first['unit']}: {what}")
+        ax.set_ylabel("dollars up front")
+    shown = [f"{s}_days{end}" for s in ("measured", "predicted") for end in ("", "_lo", "_hi")] + ["max_days"]
+    _value_axis(axes[-1], "x", data[shown].stack())
+    axes[-1].set_xlabel("days to train")
+    extra = [Line2D([], [], ls="none", marker="o", color=GREY, mfc="white", label="predicted (hollow)")]
+    legend_below(fig, axes, extra)
+    return fig
+
+
 DRAW = {
     1: days_vs_gpus,
     2: cost_vs_days,
@@ -440,9 +487,14 @@ DRAW = {
 
 def draw(number: int, data: pd.DataFrame, stem: Path) -> list[Path]:
     """Figure `number` of `data`, written as stem.pdf (vector, TrueType fonts embedded) and stem.png."""
+    return drawn(DRAW[number], data, stem)
+
+
+def drawn(make, data: pd.DataFrame, stem: Path) -> list[Path]:
+    """`make(data)` in the house style, written as stem.pdf (vector, TrueType fonts embedded) and stem.png."""
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     with matplotlib.rc_context(STYLE):
-        fig = DRAW[number](data)
+        fig = make(data)
         FigureCanvasAgg(fig)
         # No creation date or software version in the files: the same data gives the same figure.
         fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})

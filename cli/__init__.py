@@ -3,6 +3,7 @@
     suite-bench    cli/bench.py    one trial, or a Hydra sweep of them
     suite-search   cli/search.py   the fastest configuration of a model on a budget, in few trials
     suite-predict  cli/predict.py  predicted memory, time, days and cost; `calibrate` this machine
+    suite-plan     cli/plan.py     every GPU type and count, bought or rented: the cheapest, the fastest, the front
     suite-report   cli/report.py   tables, export, leaderboard, accuracy
 
 They sit above `suite` (the library), `analysis` and `leaderboard`, and nothing imports them.

@@ -6,6 +6,7 @@
                                                                   # figures in leaderboard/figures/ (--no-figures)
     suite-report figures results/ [--out reports/figures]           # PDF, PNG, CSV and caption of each figure
     suite-report tables results/ --predict pythia-1b@a6000-x4     # (tables, figures, leaderboard) predictions, apart
+    suite-report tables results/ --plan pythia-1b,plan.max_days=30  # (tables, leaderboard) suite-plan's answer, apart
     suite-report accuracy results/runs [--publish]  # predicted against measured (suite.predict), accuracy.json written
 
 Each subcommand is one entry of COMMANDS: a name, a help line, a function adding its
@@ -25,12 +26,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import ReportError, report_table
+from analysis import ReportError, plan, report_table
 from analysis.accuracy import run
 from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner, measured, write_export
 from analysis.figures import Inputs, describe, scored, select, write_figures
 from analysis.load import Results, read_results
+from analysis.plan import PLAN_HELP
 from analysis.predicted import PREDICT_HELP, asked, predicted_frame, predicted_table
 from analysis.prices import PRICES_DIR, load_prices
 from analysis.published import published_estimates
@@ -66,17 +68,24 @@ def add_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predict", action="append", default=[], metavar="MODEL@HARDWARE", help=PREDICT_HELP)
 
 
+def add_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", action="append", default=[], metavar="MODEL[,KEY=VALUE]", help=PLAN_HELP)
+
+
 def add_tables(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("--out", type=Path, default=Path("reports/tables"), help="where the tables are written")
     add_predict(p)
+    add_plan(p)
 
 
 def run_tables(args: argparse.Namespace) -> None:
 
     prices = load_prices(args.prices)
-    chosen = asked(args.predict)  # every --predict checked before the results load: a typo fails at once
-    tables = report(analysed(args, loaded(args)), published_estimates(prices), prices)
+    chosen = asked(args.predict)  # every --predict and --plan checked before the results load: a typo fails at once
+    plans = plan.asked(args.plan)
+    results = loaded(args)
+    tables = report(analysed(args, results), published_estimates(prices), prices)
     for t in tables:
         if t.name != "trials":  # every trial is in the files, too long for a terminal
             print(report_table.to_markdown(t))
@@ -85,6 +94,11 @@ def run_tables(args: argparse.Namespace) -> None:
         print("=" * 40 + " predicted, not measured " + "=" * 40 + "\n")
         print(report_table.to_markdown(predicted))
         tables.append(predicted)
+    if plans:
+        planned = plan.plan_table([plan.make_plan(overrides, prices, results) for overrides in plans])
+        print("=" * 40 + " the plan: measured and predicted options, apart " + "=" * 40 + "\n")
+        print(report_table.to_markdown(planned))
+        tables.append(planned)
     paths = report_table.write(tables, args.out)
     print(f"wrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
 
@@ -160,6 +174,7 @@ def add_leaderboard(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("-o", "--out", type=Path, default=Path("reports/leaderboard/index.html"), help="the HTML file")
     add_predict(p)
+    add_plan(p)
     p.add_argument(
         "--figures",
         type=Path,
@@ -169,10 +184,9 @@ def add_leaderboard(p: argparse.ArgumentParser) -> None:
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
-
-    chosen = asked(args.predict)
+    chosen, plans = asked(args.predict), plan.asked(args.plan)
     figures = None if args.no_figures else args.figures or args.out.parent / "figures"
-    path, written = write_leaderboard(loaded(args), args.out, args.prices, args.analytic_mfu, chosen, figures)
+    path, written = write_leaderboard(loaded(args), args.out, args.prices, args.analytic_mfu, chosen, figures, plans)
     if written:
         print("\n".join(describe(written)))
     print(f"wrote the leaderboard: {path.resolve()} (open it in a browser)")

@@ -686,6 +686,55 @@
     document.getElementById("predicted-sources").textContent = sources.join(" ");
   }
 
+  // ---- plans: a section of their own, each figure in a measured or a predicted column ---------
+
+  const PLANS = DATA.plan;
+  const planFigure = (source, q, kind) => (r) => (r.source === source ?
+    withInterval(r[`${source}_${q}`], r[`${source}_${q}_lo`], r[`${source}_${q}_hi`], kind) : "");
+  const PLAN_COLUMNS = [
+    { key: "option", label: "Option", cell: (r) => r.option },
+    { key: "answer", label: "Answers", cls: "methods", cell: (r) => r.answer },
+    { key: "config", label: "Best configuration", cls: "methods",
+      cell: (r) => r.config + (r.trial_id ? ` (trial ${r.trial_id})` : "") },
+    ...["measured", "predicted"].flatMap((source) => [
+      { key: `${source}_days`, label: `${source === "measured" ? "Measured" : "Predicted"} days`, num: true,
+        cls: source === "predicted" ? "pred" : "", cell: planFigure(source, "days", "days") },
+      { key: `${source}_usd`, label: `${source === "measured" ? "Measured" : "Predicted"} $ up front`, num: true,
+        cls: source === "predicted" ? "pred" : "", cell: planFigure(source, "usd", "usd") },
+      { key: `${source}_run_usd`, label: `${source === "measured" ? "Measured" : "Predicted"} $ of the run`,
+        num: true, cls: source === "predicted" ? "pred" : "", cell: planFigure(source, "run_usd", "usd") },
+      { key: `${source}_co2e_kg`, label: `${source === "measured" ? "Measured" : "Predicted"} kg CO2e`, num: true,
+        cls: source === "predicted" ? "pred" : "", cell: planFigure(source, "co2e_kg", "int") },
+    ]),
+    { key: "hardware_usd", label: "Purchase price", num: true, cell: (r) => (has(r.hardware_usd) ? fmt(r.hardware_usd, "usd") : "") },
+  ];
+
+  function renderPlans() {
+    if (!PLANS.length) return;
+    document.getElementById("plan").hidden = false;
+    const box = document.getElementById("plan-models");
+    for (const p of PLANS) {
+      const head = el("tr", {});
+      for (const col of PLAN_COLUMNS) {
+        head.append(el("th", { scope: "col", "data-key": col.key, class: col.num ? "num" : "", text: col.label }));
+      }
+      const body = el("tbody", {});
+      for (const r of p.rows) {
+        const tr = el("tr", { class: `plan-row ${r.source}`, title: `${r.source === "measured" ? "Measured" :
+          "Predicted, not measured"}: ${r.option}` });
+        for (const col of PLAN_COLUMNS) tr.append(cellElement(col, r));
+        body.append(tr);
+      }
+      box.append(el("div", { class: "plan-model", "data-model": p.model },
+        el("h3", { text: p.question }),
+        el("ul", { class: "answer" }, ...p.answer.map((a) => el("li", { text: a }))),
+        el("p", { class: "note", text: `${p.rows.length} of ${p.n_options} options shown: the answer, the front and `
+          + "each GPU type's cheapest within the limits (else its nearest)." }),
+        el("div", { class: "table-wrap" }, el("table", { class: "plan-table" }, el("thead", {}, head), body)),
+        ...p.notes.map((n) => el("p", { class: "note", text: n }))));
+    }
+  }
+
   // ---- page --------------------------------------------------------------------------------
 
   function renderHeader() {
@@ -706,6 +755,7 @@
 
   renderHeader();
   renderPredicted();
+  renderPlans();
   renderPaperFigures();
   buildHead();
   fillSelect(F.model, [...new Set(ROWS.map((r) => r.model))].sort());

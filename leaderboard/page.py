@@ -4,7 +4,8 @@
 the HTML: the template, style and script (page.html, page.css, page.js) and the data are
 inlined, so the file needs no server and no network. Every figure comes from `analysis`
 (estimates, best per budget, the exported winner; predicted rows from `analysis.predicted`,
-asked for with --predict and drawn in a section of their own); this module computes none. What
+asked for with --predict, and the plans of `analysis.plan`, asked for with --plan, each drawn in a
+section of their own); this module computes none. What
 the page knows of each metric (label, unit, format, meaning) travels with the data, from
 `suite.metric_table`.
 
@@ -36,6 +37,8 @@ from analysis.estimates import ANALYTIC_MFU, estimated_results
 from analysis.export import export_winner
 from analysis.figures import Inputs, Written, caption, scored, write_figures
 from analysis.load import Results
+from analysis.plan import Plan, make_plan
+from analysis.plan import payload as plan_payload
 from analysis.predicted import Asked, predicted_frame
 from analysis.prices import PRICES_DIR, Prices, load_prices
 from analysis.tables import best_per_budget, tied_with_fastest
@@ -105,12 +108,17 @@ def _exports(df: pd.DataFrame, trial_id: str) -> list[dict[str, str]]:
 
 
 def payload(
-    df: pd.DataFrame, results: Results, prices: Prices, predicted: pd.DataFrame | None = None
+    df: pd.DataFrame,
+    results: Results,
+    prices: Prices,
+    predicted: pd.DataFrame | None = None,
+    plans: Sequence[Plan] = (),
 ) -> dict[str, Any]:
     """Everything page.js draws: one entry per trial of `df` (the estimated frame of `results`),
     with its record and (if it ran) its export; the metrics' labels, units and formats; apart from
     them, under `predicted`, the predicted rows asked for (analysis.predicted), which page.js draws
-    in a section of their own and never in the measured table, its winners or plots.
+    in a section of their own and never in the measured table, its winners or plots; under `plan`,
+    the plans asked for (analysis.plan.payload), a section of their own too.
 
     `best`: the fastest of its budget (smallest median); `n_tied`: how many are tied with it;
     `tied`: tied with the fastest of its budget (intervals overlap, analysis.tables)."""
@@ -139,6 +147,7 @@ def payload(
         "metrics": metrics_payload(),
         "rows": rows,
         "predicted": _predicted_rows(predicted),
+        "plan": [plan_payload(p) for p in plans],
     }
 
 
@@ -158,6 +167,7 @@ def page(
     prices: Prices,
     predicted: pd.DataFrame | None = None,
     figures: dict[str, list] | None = None,
+    plans: Sequence[Plan] = (),
 ) -> str:
     """The leaderboard of `results` and their estimated frame `df` (analysis.estimates) as one HTML
     document, with the predicted rows of `predicted` (analysis.predicted.predicted_frame) in a
@@ -167,7 +177,8 @@ def page(
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
-    data = script_json(payload(df, results, prices, predicted) | {"figures": figures or figures_payload(None, Path())})
+    data = payload(df, results, prices, predicted, plans) | {"figures": figures or figures_payload(None, Path())}
+    data = script_json(data)
     parts = {"csp": csp, "style": style, "script": script, "data": data}
     # One pass over the template: text put in is never scanned for placeholders again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
@@ -210,11 +221,13 @@ def write_leaderboard(
     analytic_mfu: float = ANALYTIC_MFU,
     predict: Sequence[Asked] = (),
     figures: str | Path | None = None,
+    plan: Sequence[list[str]] = (),
 ) -> tuple[Path, Written | None]:
     """Estimate the results read (`analysis.load.read_results`) and write the page to `out`, with
     the (model, budget)s of `predict` (analysis.predicted.asked) predicted in a section apart and,
     given a folder `figures`, the figures for a paper written there (analysis.figures) and shown
-    under the plots; returns the page and the figures written."""
+    under the plots, and the plans of `plan` (analysis.plan.asked: each one's overrides), their
+    measured options from `results`, in a section apart; returns the page and the figures written."""
     prices = load_prices(prices_dir)
     df = estimated_results(results, prices, analytic_mfu)
     predicted = predicted_frame(list(predict), prices) if predict else None
@@ -222,7 +235,8 @@ def write_leaderboard(
     written = None
     if figures is not None:
         written = write_figures(Inputs(df, str(results.path), predicted, scored(results)), Path(figures))
-    html = page(df, results, prices, predicted, figures_payload(written, target.parent))
+    plans = [make_plan(overrides, prices, results) for overrides in plan]
+    html = page(df, results, prices, predicted, figures_payload(written, target.parent), plans)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")
     return target, written

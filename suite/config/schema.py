@@ -42,8 +42,17 @@ GPU_COUNTS = (1, 2, 4, 8)
 TASKS = dict(zip(get_args(Task), ("token", "token", "image", "token", "token"), strict=True))
 """Each task and its unit of throughput: a text sample is `seq_len` tokens, an image is one unit
 (an image has no token count common to every architecture: a ViT sees patches, a ConvNeXt pixels)."""
-PREDICTION_ONLY = ("memory_gbps", "link", "link_gbps", "host_gbps", "bandwidth_source", "host")
-"""HardwareConfig fields read by the predictor only (suite.predict), left out of Trial.id."""
+PREDICTION_ONLY = (
+    "memory_gbps",
+    "link",
+    "link_gbps",
+    "host_gbps",
+    "bandwidth_source",
+    "host",
+    "power_w",
+    "power_source",
+)
+"""HardwareConfig fields read by predictions only (suite.predict; `suite-plan`'s energy), left out of Trial.id."""
 
 
 @dataclass
@@ -160,6 +169,10 @@ class HardwareConfig:
     """Where the three bandwidths come from."""
     host: HostConfig = field(default_factory=HostConfig)
     """The node's host: memory, CPU Adam, NVMe (offload and the NVMe tier); `HostConfig`."""
+    power_w: float = 0.0
+    """Board power of one device at its datasheet maximum (TDP), W: the energy `suite-plan` weighs."""
+    power_source: str = ""
+    """Where `power_w` comes from."""
 
 
 @dataclass
@@ -351,6 +364,39 @@ class SearchConfig:
 
 
 @dataclass
+class PlanConfig:
+    """`suite-plan`: the options weighed to train one model (each GPU type of conf/hardware/ with a
+    price, at 1, 2, 4 or 8 per node, bought or rented) and the limits of its answer (analysis/plan.py)."""
+
+    tokens: str = "recipe"
+    """What to train on: `recipe` (the model's: global_batch x seq_len x train_steps), `chinchilla`
+    (20 tokens per parameter, Hoffmann et al. 2022, "Training Compute-Optimal Large Language
+    Models"), or a number of tokens (3e11); an image model counts images."""
+    max_days: float | None = None
+    """The deadline: days to train, at most; null for none."""
+    max_usd: float | None = None
+    """The budget: dollars up front, at most (renting: the bill; buying: the hardware and the
+    run's electricity); null for none."""
+    buy: bool | None = None
+    """true: weigh buying only (conf/prices/owned.yaml); false: renting only (cloud.yaml); null: both."""
+    gpus: list[str] = field(default_factory=list)
+    """GPU types (conf/hardware/) to weigh; empty: every one with a price."""
+    max_nodes: int = 1
+    """Nodes weighed, from 1 up to this many, each of 1, 2, 4 or 8 GPUs."""
+    usd_per_kwh: float = 0.13
+    """Electricity bought for owned hardware, $/kWh: about the 2023 US commercial average (EIA,
+    Electric Power Annual 2023, average revenue per kWh by sector and state)."""
+    pue: float = 1.58
+    """Power usage effectiveness, the facility's power over the IT's: 1.58, the industry average of
+    2023 (Uptime Institute Global Data Center Survey 2023)."""
+    grid_g_per_kwh: float = 480.0
+    """Grams CO2e per kWh: the world's electricity generation in 2023 (Ember, Global Electricity
+    Review 2024: 480 gCO2/kWh, lifecycle emissions)."""
+    out: str = "reports/plan"
+    """Where `suite-plan` writes its table (CSV, Markdown, LaTeX) and its figure."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
@@ -361,6 +407,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
 
 
 @dataclass(frozen=True)
