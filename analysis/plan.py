@@ -11,7 +11,7 @@ Its step time is measured where the store holds an `ok` trial of the model's rec
 of suite-predict); a GPU type without a price is named, not weighed, and a budget that cannot train
 the model says why. Days, dollars, energy and CO2e follow from the step time (`analysis.estimates`)
 at the tokens asked for, with its interval: a measured trial's interval of the median, a
-prediction's band at the p90 of the |error| published for it (`predicted_error_pct`).
+prediction's band at the p90 of the |error| scored in its regime (`predicted_error_pct`).
 
 Dollars are what an option costs up front: renting, the bill (GPU-hours x price per GPU-hour);
 buying, the hardware's purchase price and the run's electricity. The deadline and the budget weigh
@@ -36,13 +36,14 @@ from analysis import ReportError, report_table
 from analysis import estimates as est
 from analysis.figures import pareto
 from analysis.load import Results, read_results
-from analysis.predicted import _parts, composed, describe_error, error_note, error_pct, predict_budget, runs_in
+from analysis.predicted import _parts, composed, predict_budget, runs_in
 from analysis.prices import Prices, gpu_keys
 from analysis.report_table import Column, Table
 from suite.config import compose
 from suite.config.schema import GPU_COUNTS, PlanConfig, Trial
 from suite.labels import budget_label
 from suite.predict import Predictor
+from suite.predict.regimes import error_label
 from suite.predict.trace import traced
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -199,11 +200,16 @@ def measured_best(frame: pd.DataFrame, base: Trial) -> pd.Series | None:
 
 
 def predicted_error_pct(trial: Trial, n_params: int) -> tuple[float, float]:
-    """(median, p90) of the |error| % published for a predicted step time of `trial`: the one place
-    a plan asks it. Today the error of its kind of device (`analysis.predicted.error_pct`); it is to
-    be `suite.predict.regimes.error_label(trial, "step", n_params)`, the error of its regime."""
-    e = error_pct(trial.hardware.device)
-    return e["step_time_error_median_pct"], e["step_time_error_p90_pct"]
+    """(median, p90) of the |error| % scored for a predicted step time of `trial`'s regime
+    (`suite.predict.regimes.error_label`: GPU class, engine, GPU count, size band; the nearest
+    regime scored where its own has too few runs, as the label says); NaN where nothing is scored."""
+    label = error_label(trial, "step", n_params)
+    nan = float("nan")
+    return (
+        (label.median_pct, label.p90_pct if label.p90_pct is not None else label.median_pct)
+        if label.scored
+        else (nan, nan)
+    )
 
 
 def _n_params(base: Trial) -> int:
@@ -366,7 +372,7 @@ def make_plan(overrides: list[str], prices: Prices, results: Results | None = No
         cannot=tuple(cannot),
         unpriced=tuple(g for g, _ in unpriced),
         store=str(results.path) if results is not None else f"{cfg.store.dir} (absent)",
-        error=describe_error(error_note(base.hardware.device)),
+        error="each predicted row's own regime (GPU class, engine, GPU count, size band; suite.predict.regimes)",
     )
     return _answered(plan)
 
@@ -556,7 +562,7 @@ def notes(plan: Plan) -> list[str]:
     return [
         "Measured: the fastest ok trial of the store for that budget and recipe, its interval the median's. "
         f"Predicted: suite.predict's best configuration, its interval where the measurement would lie at the p90 "
-        f"of the |error| published for it; error so far: {plan.error}.",
+        f"of the |error| scored for it: {plan.error}; where a regime has too few scored runs, the nearest one's.",
         f"Up front: renting, GPU-hours x the price per GPU-hour (conf/prices/cloud.yaml, dated); buying, the purchase "
         f"price (conf/prices/owned.yaml, Khandelwal et al. 2024) and the run's electricity at ${s.usd_per_kwh:g}/kWh. "
         "The run's cost: the hardware amortized over its life, as the paper does, and the electricity.",
