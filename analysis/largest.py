@@ -23,9 +23,13 @@ from dataclasses import dataclass, replace
 
 from analysis import ReportError
 from analysis.predicted import rows, runs_in
+from analysis.prices import gpu_keys, load_prices
 from suite.config import compose
 from suite.config.schema import SearchConfig, Trial
 from suite.labels import recipe_label
+from suite.predict import Predictor
+from suite.predict.comm import Network
+from suite.predict.trace import traced
 from suite.space import configurations
 
 TIERS = {
@@ -111,8 +115,6 @@ def largest(members: list[Trial], search: SearchConfig, predictor, prices, keys)
     """Per tier, the largest member some configuration of which is predicted to fit: scanned from
     the largest down at micro-batch 1 (the least memory), then its every configuration predicted
     for the fastest that fits."""
-    from suite.predict.trace import traced
-
     out = []
     for tier in TIERS:
         found = Largest(tier, None, None)
@@ -139,10 +141,6 @@ def report(overrides: list[str]) -> list[str]:
     the largest member, its best configuration, memory per GPU, host memory and NVMe of the
     node, tokens/s and days, every figure labelled predicted; under them each tier's error labels,
     its best configuration's regime's (`analysis.predicted.labels`)."""
-    from analysis.prices import gpu_keys, load_prices
-    from suite.predict import Predictor
-    from suite.predict.timing import Network
-
     family = next((o.split("=", 1)[1] for o in overrides if o.startswith("model=")), "")
     rest = [o for o in overrides if not o.startswith("model=")]
     members = ladder(family, rest)

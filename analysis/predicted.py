@@ -32,9 +32,9 @@ from suite.config.schema import GPU_COUNTS, SearchConfig, Trial
 from suite.config.validate import problems
 from suite.labels import budget_label, config_label, recipe_label
 from suite.predict import Predictor
+from suite.predict.comm import Network
 from suite.predict.machine import NotCalibrated, machine_for
 from suite.predict.regimes import ErrorLabel, FitLabel, error_label, fit_label, n_params_of
-from suite.predict.timing import Network
 from suite.space import configurations
 
 PUBLISHED_CAVEAT = (

@@ -46,10 +46,10 @@ from suite.config.schema import MethodsConfig, ModelConfig, RecipeConfig, Trial
 from suite.config.validate import problems
 from suite.files import write_json
 from suite.predict import MEMORY_KINDS, Predictor
+from suite.predict.comm import Network
 from suite.predict.gpu import ARCHITECTURES, Implementation, arch
 from suite.predict.machine import datasheet
 from suite.predict.regimes import Regime, fit_counts, n_params_of, regime
-from suite.predict.timing import Network
 
 FIT_STEPS = 8
 """Bisection steps of a fitted fraction (to within 0.004)."""

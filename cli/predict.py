@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from analysis import ReportError, published_runs
+from analysis import ReportError, largest, published_runs
 from analysis.predicted import PUBLISHED_CAVEAT, Labels, predict_all
 from analysis.prices import gpu_keys, load_prices
 from suite import nvme
@@ -109,9 +109,7 @@ def table(rs: list[dict]) -> list[str]:
 
 def predict_main(overrides: list[str]) -> None:
     if "--largest" in overrides:  # per memory tier, the largest of a family that trains (analysis/largest.py)
-        from analysis.largest import report
-
-        print("\n".join(report([o for o in overrides if o != "--largest"])))
+        print("\n".join(largest.report([o for o in overrides if o != "--largest"])))
         return
     every = "hardware=all" in overrides
     found = predict_all(overrides, load_prices(), gpu_keys())

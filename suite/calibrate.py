@@ -39,8 +39,8 @@ from suite.launch import free_port, run_trial, small_thread_stacks, worker_env
 from suite.methods import aio_config
 from suite.ops import aio_problem
 from suite.predict import timing
+from suite.predict.comm import COLLECTIVE_STEPS
 from suite.predict.machine import Machine
-from suite.predict.timing import COLLECTIVE_STEPS
 from suite.predict.trace import traced
 
 

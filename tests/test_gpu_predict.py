@@ -18,7 +18,7 @@ from suite.config import compose
 from suite.config.validate import problems
 from suite.models.arch import attentions, shape
 from suite.predict import Predictor, gpu
-from suite.predict.timing import Network
+from suite.predict.comm import Network
 from suite.predict.trace import traced
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import torch
 from suite.config import Trial
 from suite.models.build import batch, build
 from suite.models.flops import count_flops
-from suite.predict import Predictor, memory, timing
+from suite.predict import Predictor, comm, memory, timing
 from suite.predict.machine import GIB, datasheet, interpolate, load_calibration
 from suite.predict.recorder import build_fake, record
 from suite.predict.trace import B1, B2, Trace, traced
@@ -191,14 +191,14 @@ def test_fsdp2s_gradient_shards_are_not_alive_with_the_activations(micro_batch):
 def test_collective_and_bucket_model():
     """DeepSpeed flushes its reduce bucket when the next gradient would overflow it, and sends
     a gradient larger than the bucket alone; a ring moves 2(N-1)/N of the buffer per rank."""
-    assert timing.bucket_flushes([3, 3, 3, 10, 1], 7) == [6, 3, 10, 1]
-    assert timing.bucket_flushes([1, 2], 0) == [3]
+    assert comm.bucket_flushes([3, 3, 3, 10, 1], 7) == [6, 3, 10, 1]
+    assert comm.bucket_flushes([1, 2], 0) == [3]
     from suite.predict.machine import Machine
 
     m = Machine(kind="cpu", source="test", ranks=4, collectives={"all_reduce": [1e-3, 1e9], "all_gather": [1e-3, 1e9]})
-    assert timing.collective_seconds(m, "all_reduce", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 6 / (4 * 1e9))
-    assert timing.collective_seconds(m, "all_gather", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 3 / (4 * 1e9))
-    assert timing.collective_seconds(m, "all_reduce", 4e9, 1) == 0
+    assert comm.collective_seconds(m, "all_reduce", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 6 / (4 * 1e9))
+    assert comm.collective_seconds(m, "all_gather", 4e9, 4) == pytest.approx(1e-3 + 4e9 * 3 / (4 * 1e9))
+    assert comm.collective_seconds(m, "all_reduce", 4e9, 1) == 0
     points = [[m_, n, k, float(m_ * n * k)] for m_ in (32, 512) for n in (32, 512) for k in (32, 512)]
     assert interpolate(points, (128, 128, 128)) == pytest.approx(128**3)
 
@@ -212,9 +212,9 @@ def test_first_touch_and_operator_pace():
 
     m = Machine(kind="cpu", source="test", ranks=1, memory_bps=1e10, op_overhead_s=0.0)
     m.first_touch = [[2**18, 1e-9], [2**24, 2e-9]]
-    assert timing.first_touch_seconds(m, [2**17]) == 0.0
-    assert timing.first_touch_seconds(m, [2**20]) == pytest.approx(2**20 * 1e-9)
-    assert timing.first_touch_seconds(m, [2**24, 2**26]) == pytest.approx((2**24 + 2**26) * 2e-9)
+    assert comm.first_touch_seconds(m, [2**17]) == 0.0
+    assert comm.first_touch_seconds(m, [2**20]) == pytest.approx(2**20 * 1e-9)
+    assert comm.first_touch_seconds(m, [2**24, 2**26]) == pytest.approx((2**24 + 2**26) * 2e-9)
 
     def trace_of(op):
         g = OpGroup(op, "forward", 2, (0.0, 0.0), (0.0, 1e8), (), ((0.0, 2**22),))

@@ -54,7 +54,7 @@ from suite.detect import memory_cap_gib
 from suite.metrics import peak_flops
 from suite.models.arch import shape
 from suite.models.config import hf_config
-from suite.predict import memory, timing
+from suite.predict import comm, memory, timing
 from suite.predict.gpu import SUITE, Implementation
 from suite.predict.machine import GIB, Machine, engine_key, machine_for
 from suite.predict.memory import bytes_per_element
@@ -138,8 +138,8 @@ class Predictor:
     machine's), `nodes`/`network` how a multi-node trial's nodes are joined; `machine`, given,
     is the constants every trial is predicted with (a calibration read from a file)."""
 
-    def __init__(self, network: timing.Network | None = None, host: str | None = None, machine: Machine | None = None):
-        self.network = network or timing.Network()
+    def __init__(self, network: comm.Network | None = None, host: str | None = None, machine: Machine | None = None):
+        self.network = network or comm.Network()
         self.host = host
         self._machines: dict[str, Machine] = {}
         self._fixed = machine

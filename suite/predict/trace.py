@@ -83,7 +83,7 @@ class OpGroup:
     causal) of an attention operator, () otherwise."""
     allocs: tuple[tuple[float, float], ...] = ()
     """Bytes of each storage one operator creates, (a, c) each: a fresh allocation may cost
-    more than its bytes' writing (`suite.predict.timing.first_touch_seconds`)."""
+    more than its bytes' writing (`suite.predict.comm.first_touch_seconds`)."""
 
     def at(self, pair: tuple[float, float], b: int) -> float:
         return pair[0] + pair[1] * b
