@@ -23,7 +23,8 @@ from suite import methods, nvme
 from suite.config import validate
 from suite.config.validate import nvme_problems, problems, unsupported
 from suite.ops import aio_problem
-from suite.predict import Predictor, memory, timing
+from suite.predict import Predictor, timing
+from suite.predict import nvme as nvme_tier
 from suite.predict.trace import traced
 from suite.runner import run_one
 
@@ -71,7 +72,7 @@ def test_the_drive_is_checked_before_a_launch(tmp_path, monkeypatch):
     bad = replace(t, methods=replace(t.methods, nvme_path=str(blocked / "sub")))
     (why,) = nvme_problems(bad)
     assert f"methods.nvme_path={blocked / 'sub'}" in why and "not a folder this user can write" in why
-    need = memory.nvme_bytes(t) * t.hardware.count
+    need = nvme_tier.swap_bytes(t) * t.hardware.count
     assert need > 2 * (16 + 4) * 2**18  # both ranks' fp32 states and gradients, and their parameters
     monkeypatch.setattr(validate.shutil, "disk_usage", lambda _: _Free(need / 2))
     (why,) = nvme_problems(t)
@@ -152,7 +153,7 @@ def test_the_nvme_tier_predicted_on_a_gpu_and_its_drive_must_hold_it():
     t = _gpu(*NVME[1:])
     p = Predictor().predict(t)
     tr = traced(t.model, t.methods.attention, "none", t.precision)
-    opt, par = memory.swapped(t, tr)
+    opt, par = nvme_tier.swapped(t, tr)
     assert opt == pytest.approx(tr.n_params / 2, rel=0.01) and par > 0.9 * tr.n_params / 2
     assert p.nvme_gib == pytest.approx((16 * opt + 2 * par) / 2**30)
     read, written = timing.nvme_traffic(t, tr)

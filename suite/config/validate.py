@@ -41,7 +41,7 @@ from suite.methods import on_nvme, swap_dir
 from suite.models.arch import arch, attention
 from suite.models.config import SUITE_FIELDS, ModelError, config_class, fields, hf_config, int_field
 from suite.ops import aio_problem
-from suite.predict.memory import nvme_bytes
+from suite.predict.nvme import swap_bytes as nvme_bytes
 
 
 def _positive_fields(cfg_class, f: dict[str, Any]) -> list[str]:
@@ -388,7 +388,7 @@ def nvme_problems(t: Trial) -> list[str]:
     exits 2 naming them; a sweep records `invalid`): its folder (`suite.methods.swap_dir`, under
     `methods.nvme_path`) cannot be made or written, its filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does;
     DeepSpeed's async I/O opens every swap file with it), or it has less free space than the
-    predicted swap of the node's ranks (`suite.predict.memory.nvme_bytes`)."""
+    predicted swap of the node's ranks (`suite.predict.nvme.swap_bytes`)."""
     if not on_nvme(t):
         return []
     folder = Path(swap_dir(t))

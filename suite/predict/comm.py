@@ -11,7 +11,8 @@ from suite import methods
 from suite.config import Trial
 from suite.predict import gpu
 from suite.predict.machine import NCCL_STEP_LATENCY_S, Machine
-from suite.predict.memory import REUSE_DISTANCE, bytes_per_element, swapped
+from suite.predict.memory import REUSE_DISTANCE, bytes_per_element
+from suite.predict.nvme import swapped
 from suite.predict.trace import Trace
 
 COLLECTIVE_STEPS = {

@@ -67,14 +67,7 @@ Offload (`offload_optimizer`, ZeRO >= 1): master weights, moments and fp32 gradi
 partitions live in the host's memory (pinned on a GPU); `optimizer+params` (ZeRO-3) moves the
 parameter partitions there too. On a CPU worker host and device are the same memory.
 
-The NVMe tier (`methods.offload_device=nvme`, ZeRO-3, DeepSpeed's swappers): each optimizer
-sub-group (`suite.methods.sub_groups`) of at least 1 MiB of fp32 keeps its fp32 parameter, two
-moments and fp32 gradient on the drive, 16 bytes an element (stage3.py:1117-1128,
-optimizer_utils.py `swap_out_gradients`), through 4 pinned host buffers of the largest sub-group
-(partitioned_optimizer_swapper.py:79-110); under optimizer+params each parameter partition of at
-least 1 MiB too (partition_parameters.py:1820-1826, `max_in_cpu` 0), through 5 pinned buffers
-(`offload_param.buffer_size`) and one of the largest sub-group's 16-bit parameters for their
-swap-out after the step (stage3.py:1005-1018). What is smaller stays in host memory.
+The NVMe tier: `suite.predict.nvme`.
 
 FSDP2 (suite/engines.py's layout): fp32 parameter shards 4P/N and moments 8P/N (torch's fused
 AdamW, no temporaries) through the window; fp32 gradient shards 4P/N only from the boundary's
@@ -102,8 +95,9 @@ import math
 
 from suite import methods
 from suite.config import Trial
-from suite.predict.peaks import Layout, Term, arrived, at_peak, order
-from suite.predict.trace import Trace, traced
+from suite.predict import nvme
+from suite.predict.peaks import Layout, Term, arrived, at_peak, bytes_per_element, order
+from suite.predict.trace import Trace
 
 ALLREDUCE_BUCKET = 500_000_000
 """Elements of ZeRO-0's gradient all-reduce buffer (MEMORY_OPT_ALLREDUCE_SIZE, engine.py:3073)."""
@@ -114,10 +108,6 @@ ALIGNMENT = 2
 partitions (nccl_start_alignment_factor, stage_1_and_2.py:387, 440-446)."""
 NORM_BYTES = 8
 """ZeRO's gradient norm converts each gradient to fp64 first (zero/utils.py:59-63)."""
-
-
-def bytes_per_element(precision: str) -> int:
-    return 4 if precision in ("fp32", "tf32") else 2
 
 
 def _partition_step(part: float, w: int, buffer: list[Term], norm: float = 0.0) -> list[Term]:
@@ -263,65 +253,6 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     return lay
 
 
-def swapped(t: Trial, tr: Trace) -> tuple[float, float]:
-    """(optimizer elements, parameter elements) one rank swaps to the NVMe drive: the sub-groups
-    and the partitions of at least `methods.MIN_SWAP_BYTES` (fp32 and the trial's dtype)."""
-    if not methods.on_nvme(t):
-        return 0.0, 0.0
-    opt = sum(g for g in methods.sub_groups(t, tr.param_numels) if 4 * g >= methods.MIN_SWAP_BYTES)
-    if t.methods.offload != "optimizer+params":
-        return opt, 0.0
-    w = bytes_per_element(t.precision)
-    return opt, sum(x for x in methods.partitions(t, tr.param_numels) if w * x >= methods.MIN_SWAP_BYTES)
-
-
-def nvme_terms(t: Trial, tr: Trace) -> list[Term]:
-    """What one rank keeps on the NVMe drive (the module's docstring)."""
-    opt, par = swapped(t, tr)
-    out = []
-    if opt:
-        states = "fp32 parameters, moments and gradients of the swapped sub-groups"
-        out.append(Term(states, 16 * opt, "stage3.py:1117-1128"))
-    if par:
-        w = bytes_per_element(t.precision)
-        out.append(Term("swapped parameter partitions", w * par, "partition_parameters.py:1820-1826"))
-    return out
-
-
-def nvme_bytes(t: Trial) -> float:
-    """Bytes one rank of an NVMe trial swaps to the drive (0 for any other trial): what the drive
-    must have free (`suite.config.validate.nvme_problems`)."""
-    if not methods.on_nvme(t):
-        return 0.0
-    tr = traced(t.model, t.methods.attention, "none", t.precision)
-    return Layout.total(nvme_terms(t, tr))
-
-
-def _nvme_buffers(t: Trial, tr: Trace) -> list[Term]:
-    """The NVMe tier's pinned host buffers, per rank (the module's docstring)."""
-    if not methods.on_nvme(t):
-        return []
-    sizes = methods.nvme_sizes(t, tr.param_numels)
-    out = [
-        Term(
-            "optimizer swap buffers (pinned, fp32)",
-            4 * methods.OPTIMIZER_SWAP_BUFFERS * sizes.largest_sub_group,
-            "partitioned_optimizer_swapper.py:79-110",
-        )
-    ]
-    if t.methods.offload == "optimizer+params":
-        w = bytes_per_element(t.precision)
-        out.append(
-            Term(
-                "parameter swap buffers (pinned)",
-                w * methods.PARAM_SWAP_BUFFERS * sizes.param_buffer,
-                "partitioned_param_swapper.py:104-130",
-            )
-        )
-        out.append(Term("parameter swap-out buffer (pinned)", w * sizes.largest_sub_group, "stage3.py:1005-1018"))
-    return out
-
-
 def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
     part, buckets = p / n, methods.bucket_sizes(t)
@@ -329,9 +260,9 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     threshold = buckets.get("stage3_param_persistence_threshold", 0)
     persistent = sum(x for x in tr.param_numels if x < threshold)
     sharded = p - persistent
-    swap_opt, swap_par = swapped(t, tr)
-    lay.nvme.extend(nvme_terms(t, tr))
-    lay.host.extend(_nvme_buffers(t, tr))
+    swap_opt, swap_par = nvme.swapped(t, tr)
+    lay.nvme.extend(nvme.terms(t, tr))
+    lay.host.extend(nvme.buffers(t, tr))
     where = lay.host if off_par else lay.steady
     where.append(
         Term("parameter partitions", w * (sharded / n - swap_par), "runtime/zero/partition_parameters.py (ds_tensor)")

@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from suite.predict.trace import Trace
 
 
+def bytes_per_element(precision: str) -> int:
+    """Bytes of one element in the trial's training dtype (TF32 keeps fp32 storage)."""
+    return 4 if precision in ("fp32", "tf32") else 2
+
+
 @dataclass(frozen=True)
 class Term:
     name: str

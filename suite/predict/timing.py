@@ -70,7 +70,8 @@ from suite.predict.machine import (
     loop_scale,
     loop_sync,
 )
-from suite.predict.memory import bytes_per_element, swapped
+from suite.predict.memory import bytes_per_element
+from suite.predict.nvme import swapped
 from suite.predict.operators import ATTENTION_PREFIX, MATMULS, VIEWS
 from suite.predict.trace import Trace
 
@@ -365,7 +366,7 @@ def offload_seconds(t: Trial, m: Machine, owned: float) -> tuple[float, float]:
 
 def nvme_traffic(t: Trial, tr: Trace) -> tuple[float, float]:
     """(bytes read, bytes written) of one rank's NVMe drive traffic per step under the NVMe tier
-    (`suite.predict.memory.swapped`): the swapped optimizer sub-groups read whole (fp32 parameter,
+    (`suite.predict.nvme.swapped`): the swapped optimizer sub-groups read whole (fp32 parameter,
     two moments and gradient: 16 bytes an element) and written back (the gradients at the
     boundary, the three states after the update: 16); under optimizer+params each swapped
     parameter partition read at every gather of every micro-step (`comm.gathered`), and written once
