@@ -47,6 +47,7 @@ an explicit attention mask per layer that the real run never has.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -314,7 +315,10 @@ def linear_layers(linear: str):
     if linear == "torch":
         yield
         return
-    from deepspeed.runtime.zero.linear import zero3_linear_wrap  # deferred: deepspeed, for ZeRO-3 traces only
+    with contextlib.redirect_stdout(
+        sys.stderr
+    ):  # DeepSpeed logs its accelerator choice on import: never on a command's output
+        from deepspeed.runtime.zero.linear import zero3_linear_wrap  # deferred: deepspeed, for ZeRO-3 traces only
 
     original = torch.nn.functional.linear
     torch.nn.functional.linear = zero3_linear_wrap
