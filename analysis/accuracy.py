@@ -196,7 +196,9 @@ def _fit(df: pd.DataFrame) -> dict[str, Any]:
     return {
         "fit_right_pct": float(100 * fits.astype(bool).mean()) if len(fits) else None,
         "fit_n": int(len(fits)),
-        "fit": regimes.fit_counts([bool(x) for x in judged["pred_fits"]], [o == "ok" for o in judged["outcome"]]),
+        "fit": regimes.fit_counts(
+            [bool(x) for x in judged.get("pred_fits", [])], [o == "ok" for o in judged.get("outcome", [])]
+        ),
     }
 
 
