@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -242,6 +243,31 @@ def _timed(cfg, frame, prices, keys) -> Timed | str:
     return Timed(b.base, "predicted", best["config"], best["step_time_s"], math.nan, math.nan)
 
 
+_JOB: tuple = ()
+"""What `_each_timed`'s forked workers read: inherited from the parent, never pickled."""
+
+
+def _timed_at(i: int) -> Timed | str:
+    cfgs, frame, prices, keys = _JOB
+    return _timed(cfgs[i], frame, prices, keys)
+
+
+def _each_timed(cfgs: list, frame, prices: Prices, keys, workers: int) -> list[Timed | str]:
+    """`_timed` of each budget's config, in order; in `workers` forked processes where more than one
+    is asked for (each budget's predictions are its own; a fork shares what the parent loaded, so
+    nothing is imported again). Only for a process that has run no torch operation (a fork of one
+    that has may hang in the child's first parallel region): suite-plan's own, one per CPU."""
+    global _JOB
+    if workers <= 1 or len(cfgs) < 2:
+        return [_timed(c, frame, prices, keys) for c in cfgs]
+    _JOB = (cfgs, frame, prices, keys)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(cfgs))) as pool:
+            return pool.map(_timed_at, range(len(cfgs)), chunksize=1)
+    finally:
+        _JOB = ()
+
+
 def _figures(t: Timed, steps: int, s: PlanConfig, prices: Prices, gpu: str, buy: bool) -> dict[str, float]:
     """The QUANTITIES of one option at its step time and both ends of its interval (`_lo`, `_hi`)."""
     hw = t.base.hardware
@@ -313,11 +339,11 @@ def _tokens(s: PlanConfig, base: Trial, n_params) -> tuple[float, str]:
     return per_step * r.train_steps, f"{unit} (the recipe's: {r.train_steps:,} steps)"
 
 
-def make_plan(overrides: list[str], prices: Prices, results: Results | None = None) -> Plan:
+def make_plan(overrides: list[str], prices: Prices, results: Results | None = None, workers: int = 1) -> Plan:
     """Every option for the model of `overrides` (Hydra's, `plan.*` among them; no hardware), each
     with its best configuration measured in `results` (default: read from `store.dir`, where it
-    exists) or predicted; the answer and whether anything meets the limits. ReportError for bad
-    settings, every problem at once."""
+    exists) or predicted, the budgets predicted in `workers` processes; the answer and whether
+    anything meets the limits. ReportError for bad settings, every problem at once."""
     cfg, s = _checked(overrides)
     if results is None and Path(cfg.store.dir).exists():
         results = read_results(cfg.store.dir)
@@ -329,17 +355,19 @@ def make_plan(overrides: list[str], prices: Prices, results: Results | None = No
         ways = [buy for buy in ways if (gpu in prices.gpu_price_usd if buy else gpu in prices.cloud)]
         (weighed if ways else unpriced).append((gpu, ways))
     rest = [o for o in overrides if not o.startswith("cluster.nodes=")]
+    budgets = [
+        (gpu, ways, composed([*rest, f"hardware={gpu}", f"hardware.count={count}", f"cluster.nodes={nodes}"]))
+        for gpu, ways in weighed
+        for nodes in range(1, s.max_nodes + 1)
+        for count in GPU_COUNTS
+    ]
+    each = _each_timed([cfg for _, _, cfg in budgets], frame, prices, keys, workers)
     timed, cannot = [], []
-    for gpu, ways in weighed:
-        for nodes in range(1, s.max_nodes + 1):
-            for count in GPU_COUNTS:
-                one = composed([*rest, f"hardware={gpu}", f"hardware.count={count}", f"cluster.nodes={nodes}"])
-                t = _timed(one, frame, prices, keys)
-                if isinstance(t, str):
-                    label = budget_label(compose.trial_from_cfg(one))
-                    cannot.append(f"{label}: {t}")
-                else:
-                    timed.append((t, gpu, ways))
+    for (gpu, ways, one), t in zip(budgets, each, strict=True):
+        if isinstance(t, str):
+            cannot.append(f"{budget_label(compose.trial_from_cfg(one))}: {t}")
+        else:
+            timed.append((t, gpu, ways))
     first = (weighed or unpriced)[0][0]
     base, _ = runs_in(compose.trial_from_cfg(composed([*rest, f"hardware={first}", "hardware.count=1"])))
     n_params_cache: dict[str, int] = {}

@@ -17,6 +17,7 @@ nothing meets the deadline and budget (the nearest option is named).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,10 @@ def _overrides(args: list[str]) -> list[str]:
     return compose.overrides(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, workers: int | None = None) -> int:
+    """The command; its budgets are predicted in `workers` processes, by default one per CPU it may
+    use (forked: this process has run no torch operation by then). Called within a process that
+    has, pass 1."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -50,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip())
         return 0
     try:
-        plan = make_plan(_overrides(args), load_prices())
+        workers = len(os.sched_getaffinity(0)) if workers is None else workers
+        plan = make_plan(_overrides(args), load_prices(), workers=workers)
         print("\n".join(lines(plan)))
         written = write_plan(plan, Path(plan.settings.out))
         print("wrote " + ", ".join(str(p) for p in written))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -154,11 +155,11 @@ def test_tokens_recipe_chinchilla_or_a_number(plan):
 
 def test_limits_nothing_meets_exit_2_naming_the_nearest(store, tmp_path, capsys):
     args = [*RECIPE, GPUS, f"store.dir={store}", f"plan.out={tmp_path}", "plan.max_days=1e-6", "plan.max_usd=1e-3"]
-    assert main(args) == 2
+    assert main(args, workers=1) == 2
     out, err = capsys.readouterr()
     assert "ANSWER: nothing meets 1e-06 days and $0" in out and (tmp_path / "pythia-14m" / "front.png").exists()
     assert err.startswith("suite-plan: error: nothing meets") and "the nearest: " in err and err.count("\n") == 1
-    assert main([*RECIPE, GPUS, f"store.dir={store}", f"plan.out={tmp_path}", "plan.max_days=1e6"]) == 0
+    assert main([*RECIPE, GPUS, f"store.dir={store}", f"plan.out={tmp_path}", "plan.max_days=1e6"], workers=1) == 0
     assert "cheapest within 1e+06 days: " in capsys.readouterr().out
 
 
@@ -178,7 +179,7 @@ def test_limits_nothing_meets_exit_2_naming_the_nearest(store, tmp_path, capsys)
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, says, capsys):
-    assert main(args) == 2
+    assert main(args, workers=1) == 2
     out, err = capsys.readouterr()
     assert says in err and err.count("\n") == 1 and "Traceback" not in err and out == ""
 
@@ -190,6 +191,22 @@ def test_the_command_from_any_directory_exits_2_without_a_traceback(tmp_path):
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert "plan.max_nodes=0 must be >= 1" in r.stderr
+
+
+def test_the_command_predicts_in_forked_workers_as_one_process_does(plan, store, tmp_path):
+    """The command in a process of its own, from another folder, its budgets predicted by 2 forked
+    workers: every option as the plan made in one process has it (one GPU type's, to be quick)."""
+    code = "import sys; from cli.plan import main; sys.exit(main(sys.argv[1:], workers=2))"
+    args = [*RECIPE, "plan.gpus=[h100-sxm]", f"store.dir={store}", f"plan.out={tmp_path / 'out'}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True, env=env,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    forked = pd.read_csv(tmp_path / "out" / "pythia-14m" / "options.csv")
+    one = plan.options[plan.options["gpu"] == "h100-sxm"]
+    assert list(forked["option"]) == list(one["option"]) and list(forked["config"]) == list(one["config"])
+    for c in ("measured_days", "predicted_days", "predicted_days_hi", "measured_usd", "predicted_usd"):
+        assert forked[c].to_numpy() == pytest.approx(one[c].to_numpy(), nan_ok=True), c
 
 
 def test_board_power_is_on_every_gpu_and_out_of_the_trial_id():
