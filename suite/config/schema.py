@@ -9,6 +9,7 @@ and combinations are checked by `suite.config.validate.problems`, every problem 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -53,6 +54,21 @@ PREDICTION_ONLY = (
     "power_source",
 )
 """HardwareConfig fields read by predictions only (suite.predict; `suite-plan`'s energy), left out of Trial.id."""
+
+
+def dataclass_fields(obj: Any) -> Any:
+    """`json.dumps`'s `default` for settings: a dataclass as its fields, any other value as its text.
+    `json.dumps(x, sort_keys=True, default=dataclass_fields)` is the text of
+    `json.dumps(asdict(x), sort_keys=True)` without asdict's deep copy, which dominated the keys made
+    of a model's settings for each of the thousands of candidates a prediction ranks."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return str(obj)
+
+
+def settings_json(obj: Any) -> str:
+    """Settings (a dataclass, or JSON holding some) as sorted JSON: a key for caches of them."""
+    return json.dumps(obj, sort_keys=True, default=dataclass_fields)
 
 
 @dataclass
@@ -446,7 +462,11 @@ class Trial:
 
     @property
     def id(self) -> str:
-        d = self.to_json()
+        # asdict's deep copy of the model's config, one level down, is not needed: only the
+        # top-level groups lose keys here (`dataclass_fields` spells out the rest as asdict would).
+        d = dataclass_fields(self)
+        for group in ("measure", "hardware", "methods"):
+            d[group] = dataclass_fields(d[group])
         for how in ("rerun", "timeout_s", "repeats", "repeat_width", "max_repeats", "param_stats"):
             d["measure"].pop(how)  # how to run it, not what is measured
         for k in PREDICTION_ONLY:  # describe the hardware to the predictor; ids predate them
@@ -465,7 +485,7 @@ class Trial:
         del me["nvme_path"]  # where the swap files go, not what is measured
         if me["engine"] == "deepspeed" and me["reshard_after_forward"] is None:
             del me["engine"], me["reshard_after_forward"]  # DeepSpeed ids predate the engine and stay as they were
-        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=dataclass_fields)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     # Derived quantities; one owner each.

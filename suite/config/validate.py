@@ -10,9 +10,7 @@ A single run with problems exits 2 listing them; in a sweep the trial is recorde
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import json
 import os
 import shutil
 from functools import cache
@@ -35,6 +33,7 @@ from suite.config.schema import (
     ZERO_STAGES,
     MethodsConfig,
     Trial,
+    settings_json,
 )
 from suite.detect import gpu_mem_gib, local_gpus, memory_cap_gib
 from suite.methods import on_nvme, swap_dir
@@ -78,9 +77,7 @@ ms; a search or `suite-predict hardware=all` asks about one model thousands of t
 
 def model_problems(t: Trial) -> list[str]:
     """Every problem of the trial's model against its architecture, without building it."""
-    key = json.dumps(
-        [dataclasses.asdict(t.model), t.methods.recompute, t.methods.attention], sort_keys=True, default=str
-    )
+    key = settings_json([t.model, t.methods.recompute, t.methods.attention])
     if key not in _MODEL_PROBLEMS:
         if len(_MODEL_PROBLEMS) >= 1024:
             _MODEL_PROBLEMS.clear()

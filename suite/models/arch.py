@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite import paths
+from suite.config.schema import settings_json
 from suite.files import write_json
 from suite.models.config import ModelError, fields, hf_config, int_field, serialized, task_class
 
@@ -103,13 +104,6 @@ def _read_arch(m: ModelConfig) -> Arch:
     )
 
 
-def _fields(obj):
-    """A dataclass as its fields, without asdict's deep copy (a key made for every record loaded)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    return str(obj)
-
-
 ARCH_FORMAT = 1
 """Bump when `_read_arch` reads other facts: cached ones of another format are not read."""
 
@@ -146,7 +140,7 @@ def _arch_uncached(m: ModelConfig, key: str) -> Arch | str:
 
 
 def _arch_key(m: ModelConfig) -> str:
-    return json.dumps(m, sort_keys=True, default=_fields)
+    return settings_json(m)
 
 
 def _arch_path(m: ModelConfig, key: str) -> Path | None:

@@ -49,7 +49,7 @@ from typing import Protocol
 
 from suite import paths
 from suite.config import Trial
-from suite.config.schema import ModelConfig
+from suite.config.schema import ModelConfig, settings_json
 from suite.detect import memory_cap_gib
 from suite.metrics import peak_flops
 from suite.models.arch import shape
@@ -243,7 +243,7 @@ class Predictor:
         on the CPU, records that): so on a GPU the trace is made without that dropout."""
         if t.hardware.device != "cuda" or t.methods.attention not in ("sdpa", "flash_attention_2"):
             return t.model
-        key = json.dumps(asdict(t.model), sort_keys=True, default=str)
+        key = settings_json(t.model)
         if key not in _AS_RUN:
             cfg = hf_config(t.model)  # the defaults too: GPT-2's and BERT's attention dropout is 0.1 unless set
             zeroed = {k: 0.0 for k in ATTENTION_DROPOUT if getattr(cfg, k, 0)}

@@ -50,6 +50,7 @@ from typing import Any
 
 from suite import paths
 from suite.config import ModelConfig
+from suite.config.schema import settings_json
 from suite.files import write_json
 
 FORMAT = 6
@@ -223,7 +224,7 @@ def trace_key(
     import transformers
 
     fields = {
-        "model": dataclasses.asdict(m),
+        "model": m,
         "attention": attention,
         "recompute": recompute,
         "dtype": dtype,
@@ -235,8 +236,7 @@ def trace_key(
         fields["loss"] = loss
     if linear != "torch":
         fields["linear"] = linear
-    blob = json.dumps(fields, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return hashlib.sha256(settings_json(fields).encode()).hexdigest()[:20]
 
 
 def cache_dir() -> Path:
@@ -280,16 +280,23 @@ def traced(
 
 def model_flops(m: ModelConfig, attention: str) -> float:
     """Model FLOPs per sample as the worker's MFU counts them (`suite.models.flops.count_flops`,
-    no recomputation), cached on disk like the traces."""
+    no recomputation), cached in memory and on disk like the traces."""
     key = trace_key(m, attention, "none", "model-flops")
+    if key in _flops_memo:
+        return _flops_memo[key]
     path = cache_dir() / f"{key}.flops.json"
     if path.exists():
-        return float(json.loads(path.read_text())["flops_per_sample"])
+        _flops_memo[key] = float(json.loads(path.read_text())["flops_per_sample"])
+        return _flops_memo[key]
     from suite.models.flops import count_flops  # deferred: torch, only where the cache has none
 
     flops = count_flops(m, attention, "none")[0]
     write_json(path, {"flops_per_sample": flops})
+    _flops_memo[key] = flops
     return flops
+
+
+_flops_memo: dict[str, float] = {}
 
 
 def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str, linear: str) -> Trace:
