@@ -171,7 +171,8 @@ def _checked(overrides: list[str]):
 
 @dataclass(frozen=True)
 class Timed:
-    """A budget's step time: the fastest `ok` trial of the store, or the best predicted configuration."""
+    """A budget's step time: the fastest `ok` trial of the store, or the best predicted configuration
+    (`best`: its trial, whose regime its error is scored in; `base`: the budget's)."""
 
     base: Trial
     source: str
@@ -181,6 +182,7 @@ class Timed:
     hi_s: float
     trial_id: str = ""
     error_pct: tuple[float, float] = (math.nan, math.nan)
+    best: Trial | None = None
 
 
 def measured_best(frame: pd.DataFrame, base: Trial) -> pd.Series | None:
@@ -240,7 +242,7 @@ def _timed(cfg, frame, prices, keys) -> Timed | str:
         )
     if math.isnan(best["step_time_s"]):
         return f"no step time predicted for its best fit ({best['config']})"
-    return Timed(b.base, "predicted", best["config"], best["step_time_s"], math.nan, math.nan)
+    return Timed(b.base, "predicted", best["config"], best["step_time_s"], math.nan, math.nan, best=best["trial"])
 
 
 _JOB: tuple = ()
@@ -382,9 +384,9 @@ def make_plan(overrides: list[str], prices: Prices, results: Results | None = No
     rows = []
     for t, gpu, ways in timed:
         if t.source == "predicted":
-            err = predicted_error_pct(t.base, n_params())
+            err = predicted_error_pct(t.best, n_params())
             lo, hi = est.error_band(t.step_s, err[1])
-            t = Timed(t.base, t.source, t.config, t.step_s, lo, hi, error_pct=err)
+            t = replace(t, lo_s=lo, hi_s=hi, error_pct=err)
         rows += [_row(t, steps, s, prices, gpu, buy) for buy in ways]
     options = _ranked(pd.DataFrame(rows))
     r = base.model.recipe

@@ -20,6 +20,7 @@ import matplotlib
 import pandas as pd
 import pytest
 
+import analysis.plan
 from analysis import plotting
 from analysis.estimates import co2e_kg, energy_kwh, error_band, training_days
 from analysis.load import read_results
@@ -28,6 +29,7 @@ from analysis.prices import load_prices
 from cli.plan import main
 from suite.config.compose import gpu_profiles
 from suite.config.schema import PREDICTION_ONLY, Trial
+from suite.labels import config_label
 from tests.test_figures import points_outside
 from tests.test_leaderboard import browser, relabel  # noqa: F401 - browser: the fixture
 
@@ -143,6 +145,27 @@ def test_the_figure_draws_every_point_of_its_csv(plan):
     drawn = sum(len(line.get_xdata()) for ax in fig.axes for line in ax.get_lines() if line.get_marker() != "None")
     assert len(data) == len(plan.options) and drawn >= len(data)
     assert points_outside(fig) == []
+
+
+def test_a_predicted_band_is_the_error_of_its_best_configurations_regime(monkeypatch):
+    """The error a predicted row carries is asked of the configuration it shows (its engine, GPU
+    count, ...: its regime), not of the budget's base trial."""
+    asked = []
+
+    def error_of(trial, n_params):
+        asked.append(trial)
+        return 10.0, 20.0
+
+    monkeypatch.setattr(analysis.plan, "predicted_error_pct", error_of)
+    few = ["search.engines=[deepspeed]", "search.recomputes=[none]", "plan.gpus=[h100-sxm]", "plan.buy=false"]
+    p = make_plan([*RECIPE, *few, "store.dir=/nonexistent"], load_prices())
+    assert [config_label(t, t.gas) for t in asked] == list(p.options.sort_values("n_gpus")["config"])
+    assert (p.options["error_p90_pct"] == 20.0).all()
+    o = p.options
+    bands = [end for days in o["predicted_days"] for end in error_band(days, 20.0)]
+    assert [end for pair in zip(o["predicted_days_lo"], o["predicted_days_hi"], strict=True) for end in pair] == (
+        pytest.approx(bands)
+    )
 
 
 def test_tokens_recipe_chinchilla_or_a_number(plan):
