@@ -489,8 +489,11 @@ def _days(x: float) -> str:
 
 
 def _with(fmt, x: float, lo: float, hi: float) -> str:
-    ends = "" if any(map(math.isnan, (lo, hi))) or lo == hi else f" [{fmt(lo)}, {fmt(hi)}]"
-    return fmt(x) + ends
+    """`x` and its interval; "unbounded" where only its low end is known (a p90 error of 100% or
+    more puts no upper bound on the measurement: `estimates.error_band`)."""
+    if math.isnan(lo) or lo == hi:
+        return fmt(x)
+    return f"{fmt(x)} [{fmt(lo)}, {'unbounded' if math.isnan(hi) else fmt(hi)}]"
 
 
 def cell(row: pd.Series, q: str, fmt) -> str:
@@ -592,7 +595,8 @@ def notes(plan: Plan) -> list[str]:
     return [
         "Measured: the fastest ok trial of the store for that budget and recipe, its interval the median's. "
         f"Predicted: suite.predict's best configuration, its interval where the measurement would lie at the p90 "
-        f"of the |error| scored for it: {plan.error}; where a regime has too few scored runs, the nearest one's.",
+        f"of the |error| scored for it: {plan.error}; where a regime has too few scored runs, the nearest one's; "
+        "at 100% or more the band has no upper end (unbounded; blank in the tables).",
         f"Up front: renting, GPU-hours x the price per GPU-hour (conf/prices/cloud.yaml, dated); buying, the purchase "
         f"price (conf/prices/owned.yaml, Khandelwal et al. 2024) and the run's electricity at ${s.usd_per_kwh:g}/kWh. "
         "The run's cost: the hardware amortized over its life, as the paper does, and the electricity.",
@@ -691,7 +695,7 @@ def caption(plan: Plan) -> str:
         f"The plan for {plan.model}: dollars up front against days to train on {plan.tokens:,.0f} {plan.tokens_why}, "
         f"each of the {len(o)} options weighed ({n_measured} measured, filled; the rest predicted, hollow): rented "
         "above, bought below, a colour and marker per GPU type, bars at the ends of each interval (measured: the "
-        "median's; predicted: where the measurement would lie at the p90 of the |error| published for it), each "
+        "median's; predicted: where the measurement would lie at the p90 of the |error| scored in its regime), each "
         "labelled with its GPU count where it is on its panel's front (dashed: renting only, buying only); ringed: "
         "on the front of both, the options no other beats on days and dollars together. Dotted and dash-dotted "
         "lines: the deadline and the budget, where given. " + " ".join(notes(plan)[1:]) + "\n"

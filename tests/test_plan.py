@@ -24,7 +24,7 @@ import analysis.plan
 from analysis import plotting
 from analysis.estimates import co2e_kg, energy_kwh, error_band, training_days
 from analysis.load import read_results
-from analysis.plan import Plan, _answered, figure_data, lines, make_plan, plan_table
+from analysis.plan import Plan, _answered, cell, figure_data, lines, make_plan, plan_table
 from analysis.prices import load_prices
 from cli.plan import main
 from suite.config.compose import gpu_profiles
@@ -166,6 +166,16 @@ def test_a_predicted_band_is_the_error_of_its_best_configurations_regime(monkeyp
     assert [end for pair in zip(o["predicted_days_lo"], o["predicted_days_hi"], strict=True) for end in pair] == (
         pytest.approx(bands)
     )
+
+
+def test_a_band_without_an_upper_end_says_unbounded():
+    """A p90 error of 100% or more bounds the measurement from below only: the text says so."""
+    lo, hi = error_band(10.0, 150.0)
+    row = pd.Series({"source": "predicted", "predicted_days": 10.0, "predicted_days_lo": lo, "predicted_days_hi": hi})
+    assert math.isnan(hi) and cell(row, "days", "{:g}".format) == "10 [4, unbounded]"
+    bounded = row.copy()
+    bounded["predicted_days_hi"] = error_band(10.0, 20.0)[1]
+    assert cell(bounded, "days", "{:g}".format) == "10 [4, 12.5]"
 
 
 def test_tokens_recipe_chinchilla_or_a_number(plan):
