@@ -111,11 +111,12 @@ class Clock:
 
 
 class FakeBuild:
-    """environment.OpBuild's interface: building for `build_s` of the fake clock, then `why`."""
+    """environment.OpBuild's interface: building `ops` (builder: name; default the check's) for
+    `build_s` of the fake clock, then `why` (the GPU grid's tests use it too)."""
 
-    def __init__(self, clock, build_s, why=None):
+    def __init__(self, clock, build_s, why=None, ops=None):
         self.clock, self.end, self.why, self.wall_s = clock, clock() + build_s, why or {}, build_s
-        self.logs, self.no_deepspeed = {op: Path(f"ops-{n}.log") for op, n in plan.OPS.items()}, None
+        self.logs, self.no_deepspeed = {op: Path(f"ops-{n}.log") for op, n in (ops or plan.OPS).items()}, None
 
     def running(self):
         return self.clock() < self.end

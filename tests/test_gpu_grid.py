@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_gpu_check import metrics
+from test_gpu_check import Clock, FakeBuild, metrics
 
 from suite import store
 from suite.gpu_check import environment, verdicts
@@ -126,25 +126,7 @@ def test_a_boundary_doubles_from_the_predicted_fit_until_out_of_memory_or_halves
     assert point.next_mb() is None
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-class FakeBuild:
-    def __init__(self, clock, build_s):
-        self.clock, self.end, self.wall_s, self.no_deepspeed = clock, clock() + build_s, build_s, None
-        self.logs = {"FusedAdamBuilder": Path("ops-fused_adam.log")}
-
-    def running(self):
-        return self.clock() < self.end
-
-    def wait(self):
-        self.clock.now = max(self.clock.now, self.end)
-        return {}
+FUSED_ADAM = {"FusedAdamBuilder": "fused_adam"}  # the one op the grid's fake machine builds
 
 
 def run_grid(tmp_path, grid_plan, total_s, truth=1.0, slower=1.0):
@@ -166,7 +148,7 @@ def run_grid(tmp_path, grid_plan, total_s, truth=1.0, slower=1.0):
         return Ran(rec, 1)
 
     budget = Budget(total_s, start, clock, rank={})
-    g = grid.Grid(tmp_path, grid_plan, admitted, budget, FakeBuild(clock, 45.0), run_one)
+    g = grid.Grid(tmp_path, grid_plan, admitted, budget, FakeBuild(clock, 45.0, ops=FUSED_ADAM), run_one)
     return g, g.run(), ran
 
 
@@ -234,7 +216,7 @@ def test_a_run_writes_its_rows_boundaries_plan_and_readme_and_exits_by_its_rows(
     clock = Clock()
     monkeypatch.setattr(detect, "diagnose", lambda: (0, "h200-x1"))
     monkeypatch.setattr(environment, "check", lambda: environment.Environment([]))
-    monkeypatch.setattr(environment, "OpBuild", lambda *a, **k: FakeBuild(clock, 45.0))
+    monkeypatch.setattr(environment, "OpBuild", lambda *a, **k: FakeBuild(clock, 45.0, ops=FUSED_ADAM))
     monkeypatch.setattr(Plan, "make", classmethod(lambda cls, gpu, count: grid_plan))
     monkeypatch.setenv("GPU_GRID_BUDGET_S", "150")  # a short budget: a few trials, then NOT RUN
     monkeypatch.setenv("GPU_GRID_START", str(time.time() - plan.STARTUP_S - plan.PLAN_S))

@@ -47,6 +47,18 @@ from suite.runner import run_one, summary_line
 NO_GPU, UNUSABLE = 3, 2  # exit codes: no CUDA GPU here; the environment cannot run the check
 
 
+def ops_row(build: environment.OpBuild) -> tuple[Row, dict[str, str]]:
+    """Wait for DeepSpeed's ops: their row (built, or which failed and why), printed where any was
+    built, and the ops that did not build with why (the check's and the grid's)."""
+    why = build.wait()
+    names = "+".join(OPS[op] for op in build.logs)
+    row = Row(f"DeepSpeed ops {names}", "ok" if not why else "failed", {"wall_s": build.wall_s})
+    row.verdicts["build"] = "pass" if not why else "FAIL: " + "; ".join(f"{OPS[o]} {w}" for o, w in why.items())
+    if build.logs:
+        print(f"deepspeed ops: {row.verdicts['build']} ({build.wall_s:.0f} s)", flush=True)
+    return row, why
+
+
 def skipped_upfront(c: Check, t: Trial, env: environment.Environment) -> str | None:
     """Why a check cannot run on this machine, known before anything starts (it costs no time)."""
 
@@ -123,12 +135,7 @@ class Session:
     def built(self, build: environment.OpBuild, pending: list[tuple[Check, Trial]]) -> Row:
         """Wait for the ops; the checks that would load one that did not build take torch's fused
         AdamW (or, where DeepSpeed does not import at all, are failed without a launch)."""
-        why = build.wait()
-        names = "+".join(OPS[op] for op in build.logs)
-        row = Row(f"DeepSpeed ops {names}", "ok" if not why else "failed", {"wall_s": build.wall_s})
-        row.verdicts["build"] = "pass" if not why else "FAIL: " + "; ".join(f"{OPS[o]} {w}" for o, w in why.items())
-        if build.logs:
-            print(f"deepspeed ops: {row.verdicts['build']} ({build.wall_s:.0f} s)", flush=True)
+        row, why = ops_row(build)
         for k, (c, t) in enumerate(pending):
             op = op_needed(t)
             if t.methods.engine == "deepspeed" and build.no_deepspeed:

@@ -363,7 +363,8 @@ def why(r: Row) -> str:
     return "; ".join([f"{k}: {v.split(': ', 1)[1]}" for k, v in told] + r.notes)
 
 
-def _fmt(x: Any, spec: str) -> str:
+def fmt(x: Any, spec: str) -> str:
+    """A table cell: the value in `spec`, "-" where there is none (the check's and the grid's tables)."""
     return "-" if x is None else format(x, spec)
 
 
@@ -371,19 +372,19 @@ COLUMNS = [
     ("check", 22, lambda r: r.name),
     ("status", 7, lambda r: r.status),
     ("outcome", 11, lambda r: r.outcome),
-    ("step s", 7, lambda r: _fmt(r.figures.get("step_time_s"), ".3f")),
-    ("MFU", 6, lambda r: _fmt(r.figures.get("mfu"), ".1%")),
-    ("floor", 6, lambda r: _fmt(r.figures.get("floor"), ".1%")),
-    ("peak GiB", 8, lambda r: _fmt(r.figures.get("peak_mem_gib"), ".2f")),
-    ("pred GiB", 8, lambda r: _fmt(r.figures.get("predicted_gib"), ".2f")),
+    ("step s", 7, lambda r: fmt(r.figures.get("step_time_s"), ".3f")),
+    ("MFU", 6, lambda r: fmt(r.figures.get("mfu"), ".1%")),
+    ("floor", 6, lambda r: fmt(r.figures.get("floor"), ".1%")),
+    ("peak GiB", 8, lambda r: fmt(r.figures.get("peak_mem_gib"), ".2f")),
+    ("pred GiB", 8, lambda r: fmt(r.figures.get("predicted_gib"), ".2f")),
     ("loss 1st>last", 13, lambda r: _losses(r.figures)),
-    ("wall s", 6, lambda r: _fmt(r.figures.get("wall_s"), ".0f")),
+    ("wall s", 6, lambda r: fmt(r.figures.get("wall_s"), ".0f")),
 ]
 
 
 def _losses(f: dict[str, Any]) -> str:
     first, last = f.get("first_loss"), f.get("last_loss")
-    return "-" if first is None else f"{first:.3f}>{_fmt(last, '.3f')}"
+    return "-" if first is None else f"{first:.3f}>{fmt(last, '.3f')}"
 
 
 def exit_code(rows: list[Row]) -> int:

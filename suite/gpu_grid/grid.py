@@ -20,9 +20,9 @@ from typing import Any
 
 from suite import detect
 from suite.gpu_check import environment
-from suite.gpu_check.check import NO_GPU, UNUSABLE, environment_rows, run_within
+from suite.gpu_check.check import NO_GPU, UNUSABLE, environment_rows, ops_row, run_within
 from suite.gpu_check.plan import OPS, OPS_BUILD_S, OPS_TIMEOUT_S, STARTUP_S, Budget, Check, op_needed
-from suite.gpu_check.verdicts import Row, exit_code, table, write
+from suite.gpu_check.verdicts import Row, exit_code, fmt, table, write
 from suite.gpu_grid.plan import BUDGET_S, PLAN_S, Item, Plan, describe
 from suite.record import Record, provenance
 
@@ -94,22 +94,18 @@ def grid_row(c: Check, t, rec: Record, forecast) -> Row:
     return row
 
 
-def _fmt(x: Any, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 COLUMNS = [
     ("trial", 44, lambda r: r.name),
     ("status", 7, lambda r: r.status),
     ("outcome", 7, lambda r: r.outcome),
     ("pred", 4, lambda r: {True: "fits", False: "OOM"}.get(r.figures.get("pred_fits"), "-")),
-    ("step s", 7, lambda r: _fmt(r.figures.get("step_time_s"), ".3f")),
-    ("pred s", 7, lambda r: _fmt(r.figures.get("pred_step_s"), ".3f")),
-    ("MFU", 6, lambda r: _fmt(r.figures.get("mfu"), ".1%")),
-    ("peak GiB", 8, lambda r: _fmt(r.figures.get("peak_mem_gib"), ".2f")),
-    ("pred GiB", 8, lambda r: _fmt(r.figures.get("predicted_gib"), ".2f")),
-    ("est s", 5, lambda r: _fmt(r.figures.get("est_s"), ".0f")),
-    ("wall s", 6, lambda r: _fmt(r.figures.get("wall_s"), ".0f")),
+    ("step s", 7, lambda r: fmt(r.figures.get("step_time_s"), ".3f")),
+    ("pred s", 7, lambda r: fmt(r.figures.get("pred_step_s"), ".3f")),
+    ("MFU", 6, lambda r: fmt(r.figures.get("mfu"), ".1%")),
+    ("peak GiB", 8, lambda r: fmt(r.figures.get("peak_mem_gib"), ".2f")),
+    ("pred GiB", 8, lambda r: fmt(r.figures.get("predicted_gib"), ".2f")),
+    ("est s", 5, lambda r: fmt(r.figures.get("est_s"), ".0f")),
+    ("wall s", 6, lambda r: fmt(r.figures.get("wall_s"), ".0f")),
 ]
 
 
@@ -196,14 +192,10 @@ class Grid:
 
 
 def built(build: environment.OpBuild) -> tuple[Row, frozenset[str], str | None]:
-    """Wait for DeepSpeed's ops: their row, the ops that did not build (their trials take torch's
-    fused AdamW) and, where DeepSpeed does not import at all, why (its trials are not run)."""
-    why = build.wait()
-    names = "+".join(OPS[op] for op in build.logs)
-    row = Row(f"DeepSpeed ops {names}", "ok" if not why else "failed", {"wall_s": build.wall_s})
-    row.verdicts["build"] = "pass" if not why else "FAIL: " + "; ".join(f"{OPS[o]} {w}" for o, w in why.items())
-    if build.logs:
-        print(f"deepspeed ops: {row.verdicts['build']} ({build.wall_s:.0f} s)", flush=True)
+    """Wait for DeepSpeed's ops: their row (`check.ops_row`), the ops that did not build (their
+    trials take torch's fused AdamW) and, where DeepSpeed does not import at all, why (its trials
+    are not run)."""
+    row, why = ops_row(build)
     return row, frozenset(why), build.no_deepspeed
 
 
