@@ -38,7 +38,7 @@ from suite.config.schema import ModelConfig, Trial
 from suite.launch import free_port, run_trial, small_thread_stacks, worker_env
 from suite.methods import aio_config
 from suite.ops import aio_problem
-from suite.predict import timing
+from suite.predict import kernels_of, timing
 from suite.predict.comm import COLLECTIVE_STEPS
 from suite.predict.machine import Machine
 from suite.predict.trace import traced
@@ -221,7 +221,9 @@ def step_scales(t: Trial, m: Machine, engines: dict[str, dict], log, rounds_n: i
     for key, engine in engines.items():
         refs[key] = ref = reference_trial(t, engine)
         me = ref.methods
-        p = timing.step_parts(ref, traced(ref.model, me.attention, me.recompute, ref.precision), bare)
+        p = timing.step_parts(
+            ref, traced(ref.model, me.attention, me.recompute, ref.precision, device=kernels_of(ref)), bare
+        )
         d = p.detail
         predicted[key] = (d["forward_s"] + d["backward_s"], d["micro_comm_s"] + d["boundary_comm_s"], p.t_optimizer)
         collectives[key] = d["collectives_micro"] + d["collectives_boundary"]

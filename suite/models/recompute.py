@@ -20,8 +20,10 @@ SAVED_BY_SELECTIVE = (
 )
 """What selective recomputation keeps of a block's forward: the outputs of its matrix multiplies
 and fused attention (expensive to recompute); norms, activations, dropout and the other cheap
-operators are recomputed in backward (Korthikanti et al. 2022; torchtitan's "op" policy saves
-matmuls and attention alike)."""
+operators are recomputed in backward (Korthikanti et al. 2022).
+`selective-alternate` (a published run's policy, traced for its prediction; no method of the suite)
+is torchtitan's "op" policy: the same, but every second `aten.mm` of a block is recomputed."""
+MODES = ("full", "selective", "selective-alternate")
 
 
 def block_class(model: torch.nn.Module) -> type[torch.nn.Module] | None:
@@ -61,6 +63,23 @@ def _selective_contexts():
     return create_selective_checkpoint_contexts(_selective_policy)
 
 
+def _alternate_contexts():
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    count = {False: 0, True: 0}  # matrix multiplies of this block's forward, and of its recomputation
+
+    def policy(ctx, func, *args, **kwargs):
+        if _selective_policy(ctx, func) is CheckpointPolicy.PREFER_RECOMPUTE:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        if str(func.overloadpacket) in ("aten.mm", "mm"):
+            count[ctx.is_recompute] += 1
+            if count[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 def apply_recompute(model: torch.nn.Module, mode: str = "full") -> None:
     """Activation recomputation of every block through PyTorch's non-reentrant
     `torch.utils.checkpoint`: `full` keeps only each block's input for the backward pass;
@@ -75,7 +94,10 @@ def apply_recompute(model: torch.nn.Module, mode: str = "full") -> None:
     cls = block_class(model)
     if cls is None:
         raise ValueError(f"{type(model).__name__} has no repeated block to recompute")
-    extra = {"context_fn": _selective_contexts} if mode == "selective" else {}
+    if mode not in MODES:
+        raise ValueError(f"recompute {mode!r}: allowed {', '.join(MODES)}")
+    contexts = {"selective": _selective_contexts, "selective-alternate": _alternate_contexts}
+    extra = {"context_fn": contexts[mode]} if mode in contexts else {}
     apply_activation_checkpointing(
         model,
         checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **extra),

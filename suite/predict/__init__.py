@@ -156,12 +156,12 @@ class Predictor:
         published run's implementation: `suite.predict.gpu.Implementation`)."""
         m = self.machine(t)
         me = t.methods
-        tr = traced(self.model_as_run(t), me.attention, me.recompute, t.precision)
+        tr = traced(self.model_as_run(t), me.attention, me.recompute, t.precision, device=kernels_of(t))
         loop = None
         if impl.states != "engine" and me.engine == "deepspeed" and me.zero_stage == 0:
             loop = (impl.states, impl.optimizer, impl.torch_ddp)
         kept, hand_fused = self._activations_of(t, tr, impl)
-        lay = memory.layout(t, kept, loop)
+        lay = memory.layout(t, kept, loop, impl.built)
         if hand_fused:
             lay.backward.append(Term("hand-fused kernels' saved inputs", hand_fused, "HAND_FUSED_NORMS, MLP_WIDTH"))
         timed, build = lay.timed_peak(), lay.build_peak()
@@ -277,22 +277,28 @@ class Predictor:
             recompute = "selective"
         fused_loss = "loss" in impl.fused or compiled
         loss = "fused" if fused_loss and t.model.task == "causal-lm" else "model"
+        # Norms fused by hand, the rest eager: each RMSNorm keeps what its kernel keeps (compiled or
+        # fully hand-fused runs keep less, through the selective trace above).
+        norm = "fused" if "norm" in impl.fused and not (compiled or hand) else "model"
+        if t.methods.recompute == "selective":  # the run's own policy (`Implementation.selective`)
+            recompute = impl.selective
         extra = 0.0
         if hand:
             s, cfg = shape(t.model), hf_config(t.model)
             inner = next((v for k in MLP_WIDTH if isinstance(v := getattr(cfg, k, None), int)), 4 * s.hidden)
             tokens = t.methods.micro_batch * t.tokens_per_sample
             extra = (HAND_FUSED_NORMS * s.hidden + inner) * s.layers * tokens * bytes_per_element(t.precision)
-        if (recompute, loss, linear) == (t.methods.recompute, "model", "torch"):
+        if (recompute, loss, linear, norm) == (t.methods.recompute, "model", "torch", "model"):
             return tr, extra
-        return traced(Predictor.model_as_run(t), t.methods.attention, recompute, t.precision, loss, linear), extra
+        as_run = Predictor.model_as_run(t)
+        return traced(as_run, t.methods.attention, recompute, t.precision, loss, linear, "cuda", norm), extra
 
     @staticmethod
     def model_flops(t: Trial) -> float:
         """Model FLOPs per sample as MFU counts them: `suite.models.flops.count_flops` (no recomputation),
         less the half of causal attention's FLOPs that its kernel skips, as the predicted time
         counts them (`timing.compute_seconds`): so predicted MFU never exceeds the GPU's efficiency."""
-        tr = traced(Predictor.model_as_run(t), t.methods.attention, "none", t.precision)
+        tr = traced(Predictor.model_as_run(t), t.methods.attention, "none", t.precision, device=kernels_of(t))
         skipped = sum(
             0.5 * g.count * g.flops_at(1)
             for g in tr.groups
@@ -304,6 +310,11 @@ class Predictor:
         """The search's interface: what must fit, and seconds per step."""
         p = self.predict(t)
         return Estimate(p.device_gib, p.step_time_s)
+
+
+def kernels_of(t: Trial) -> str:
+    """Whose kernels `t`'s trace runs (`suite.predict.trace.DEVICES`): a GPU's on a GPU, else a CPU's."""
+    return "cuda" if t.hardware.device == "cuda" else "cpu"
 
 
 def tier_short(t: Trial, device_gib: float, host_gib: float, nvme_gib: float) -> str:

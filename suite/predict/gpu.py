@@ -326,6 +326,12 @@ class Implementation:
     torch_ddp: bool = False
     """Data parallel by torch's DistributedDataParallel (not DeepSpeed's ZeRO-0): gradients
     all-reduced in buckets while the backward runs."""
+    selective: str = "selective"
+    """Its selective recomputation (`suite.models.recompute.MODES`): the suite's ("selective"), or
+    torchtitan's "op" policy, which also recomputes every second matrix multiply ("selective-alternate")."""
+    built: str = "fp32"
+    """How the code builds the model before its engine takes it (`suite.predict.memory.BUILT`):
+    "fp32" (the suite's worker), "16-bit" (cast on the host first) or "meta" (no storage until sharded)."""
 
     def elementwise_fused(self, compile_on: bool) -> bool:
         """Norms and activations fused (by hand or by torch.compile): the operators between two

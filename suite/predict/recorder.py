@@ -268,6 +268,50 @@ class _FusedCrossEntropy(torch.autograd.Function):
         return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device), None
 
 
+class _FusedRMSNorm(torch.autograd.Function):
+    """The allocations of a fused RMSNorm kernel (torchtitan's Triton `fused_rms_norm`, apex's
+    FusedRMSNorm, flash-attn's ops/triton/layer_norm.py): the forward reads the input once and
+    writes the output, keeping the input, the weight and one fp32 reciprocal root mean square per
+    row; the backward reads them and the output's gradient and writes the input's. transformers'
+    eager RMSNorm instead keeps an fp32 copy of the input and the normalized 16-bit tensor beside
+    it (4 + 2 bytes an element more than the kernel in 16-bit training)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        ctx.save_for_backward(x, weight, rstd)
+        return x * weight.to(x.dtype)  # one pass: read the input, write the output
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, weight, _ = ctx.saved_tensors
+        return grad * x, torch.empty_like(weight)  # one pass over the input and the gradient
+
+
+@contextlib.contextmanager
+def norm_kernels(model: torch.nn.Module, norm: str):
+    """The model's RMSNorms (transformers' `*RMSNorm` modules, with a `weight`) as `norm` runs
+    them: "model" as written (eager operators), "fused" through `_FusedRMSNorm`. LayerNorm is one
+    aten operator already (`native_layer_norm`, which keeps the input, mean and rstd, as fused
+    kernels do)."""
+    found = (
+        [
+            m
+            for m in model.modules()
+            if type(m).__name__.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), torch.Tensor)
+        ]
+        if norm == "fused"
+        else []
+    )
+    for m in found:
+        m.forward = lambda x, m=m: _FusedRMSNorm.apply(x, m.weight)
+    try:
+        yield
+    finally:
+        for m in found:
+            del m.forward
+
+
 def _fused_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """A causal LM's mean loss through `_FusedCrossEntropy`: the model returns its logits (no
     labels, so no loss of its own), the labels shifted by one position as the trainers shift
@@ -280,10 +324,18 @@ def _fused_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torc
 
 
 def _run(
-    model: torch.nn.Module, m: ModelConfig, micro_batch: int, fake_mode, loss: str = "model", linear: str = "torch"
+    model: torch.nn.Module,
+    m: ModelConfig,
+    micro_batch: int,
+    fake_mode,
+    loss: str = "model",
+    linear: str = "torch",
+    device: str = "cpu",
+    norm: str = "model",
 ) -> tuple[_Recorder, dict[int, int]]:
     """Forward and backward of one micro-batch, the loss the model's own or fused
-    (`_fused_loss`), the linear layers torch's or ZeRO-3's (`linear`); the recorder and, by the
+    (`_fused_loss`), the linear layers torch's or ZeRO-3's (`linear`), dropout as `device` runs it
+    (`dropout_kernels`), RMSNorms the model's or fused (`norm_kernels`); the recorder and, by the
     serial number of each gradient's storage (a gradient ends the step as p.grad), the index of
     its parameter in `model.parameters()`."""
     for p in model.parameters():
@@ -297,7 +349,7 @@ def _run(
     # transpose) is not an allocation of the step.
     before = [*model.parameters(), *model.buffers(), *inputs.values()]
     rec = _Recorder({id(x.untyped_storage()) for x in before})
-    with fake_mode, _unpacked(), linear_layers(linear), rec:
+    with fake_mode, _unpacked(), linear_layers(linear), dropout_kernels(device), norm_kernels(model, norm), rec:
         out = _fused_loss(model, inputs) if loss == "fused" else model(**inputs).loss
         rec.phase = "backward"
         rec.watch(out.grad_fn)
@@ -328,6 +380,32 @@ def linear_layers(linear: str):
         torch.nn.functional.linear = original
 
 
+@contextlib.contextmanager
+def dropout_kernels(device: str):
+    """`torch.nn.functional.dropout` (what `nn.Dropout` and transformers' attention call) as
+    `device` runs it. Out of place on a GPU, PyTorch runs one fused kernel (`at::native_dropout`,
+    aten/src/ATen/native/Dropout.cpp, `is_fused_kernel_acceptable`: a CUDA tensor, 0 < p < 1) that
+    keeps a 1-byte (bool) mask for the backward; on a CPU, which fake CPU tensors run, it draws a
+    noise tensor of the input's dtype, scales it and multiplies by it (`_dropout_impl`), keeping
+    the noise (4 bytes an element in fp32, 2 in 16 bits) in three passes over memory. In place
+    (`inplace=True`) both run the noise path."""
+    if device == "cpu":
+        yield
+        return
+    original = torch.nn.functional.dropout
+
+    def fused(input, p=0.5, training=True, inplace=False):
+        if training and not inplace and 0 < p < 1 and input.numel() > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+
+    torch.nn.functional.dropout = fused
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+
+
 def _lines(rec: _Recorder, grads: dict[int, int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
     """Per event: live bytes excluding gradients, gradient bytes created at that event,
     gradient bytes created so far and how many gradients exist; and the parameters' indices in
@@ -349,12 +427,19 @@ def _lines(rec: _Recorder, grads: dict[int, int]) -> tuple[list[int], list[int],
 
 
 def record(
-    model, m, micro_batch, fake_mode, loss: str = "model", linear: str = "torch"
+    model,
+    m,
+    micro_batch,
+    fake_mode,
+    loss: str = "model",
+    linear: str = "torch",
+    device: str = "cpu",
+    norm: str = "model",
 ) -> tuple[list[Event], list[int], list[int], list[int], list[int], list[int]]:
     """One micro-step of `micro_batch` samples: its events, and per event the live bytes without
     gradients, the gradient bytes it created, the gradient bytes created so far and how many
     gradients exist; and the parameters in the order their gradients appear (`_lines`)."""
-    rec, grads = _run(model, m, micro_batch, fake_mode, loss, linear)
+    rec, grads = _run(model, m, micro_batch, fake_mode, loss, linear, device, norm)
     return (rec.events, *_lines(rec, grads))
 
 

@@ -23,8 +23,8 @@ shrinks), so the step is traced at b = 2 and b = 4 and each event and operator i
 (At b = 1 a model may skip an expand or a copy of its labels: a few bytes, which the line
 through 2 and 4 counts anyway.) The peak of affine lines is their upper envelope, kept
 exactly; a direct trace at b = 1, 3 and 8 gives the same peaks and FLOPs (tests). Traces are
-cached on disk by model, attention, recomputation, dtype, loss, linear layers and library
-versions (`SUITE_CACHE_DIR`, default ~/.cache/suite).
+cached on disk by model, attention, recomputation, dtype, loss, linear layers, the device whose
+kernels run (`DEVICES`) and library versions (`SUITE_CACHE_DIR`, default ~/.cache/suite).
 
 Each gradient's birth is kept too: `grad_order` lists the parameters (by index in
 `param_numels`) in the order their final gradient appears, and `frontier` gives, for every k,
@@ -65,6 +65,12 @@ their loss)."""
 LINEARS = ("torch", "zero3")
 """The linear layers' function: torch's `F.linear`, or DeepSpeed ZeRO-3's `zero3_linear_wrap`,
 which replaces it in a ZeRO-3 worker (`suite.predict.recorder.linear`)."""
+NORMS = ("model", "fused")
+"""The RMSNorms a trace runs: the model's own eager operators, or a fused kernel's
+(`suite.predict.recorder._FusedRMSNorm`, as published runs that fuse their norms)."""
+DEVICES = ("cpu", "cuda")
+"""The device whose kernels a trace runs where the two differ (`suite.predict.recorder.dropout_kernels`:
+a GPU's dropout is one fused kernel keeping a 1-byte mask, a CPU's keeps noise of the input's dtype)."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,14 @@ def _affine(v1: float, v2: float) -> tuple[float, float]:
 
 
 def trace_key(
-    m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model", linear: str = "torch"
+    m: ModelConfig,
+    attention: str,
+    recompute: str,
+    dtype: str,
+    loss: str = "model",
+    linear: str = "torch",
+    device: str = "cpu",
+    norm: str = "model",
 ) -> str:
     import torch  # deferred with transformers: only their versions, of a trace not in memory
     import transformers
@@ -236,6 +249,10 @@ def trace_key(
         fields["loss"] = loss
     if linear != "torch":
         fields["linear"] = linear
+    if device != "cpu":
+        fields["device"] = device
+    if norm != "model":
+        fields["norm"] = norm
     return hashlib.sha256(settings_json(fields).encode()).hexdigest()[:20]
 
 
@@ -247,14 +264,27 @@ _memo: dict[str, Trace] = {}
 
 
 def traced(
-    m: ModelConfig, attention: str, recompute: str, dtype: str, loss: str = "model", linear: str = "torch"
+    m: ModelConfig,
+    attention: str,
+    recompute: str,
+    dtype: str,
+    loss: str = "model",
+    linear: str = "torch",
+    device: str = "cpu",
+    norm: str = "model",
 ) -> Trace:
     """The trace of one micro-step of `m` (cached in memory and on disk).
 
     `attention` flash_attention_2 is traced as sdpa (flash-attn runs on CUDA only; both keep
     O(sequence) memory per head and count the same FLOPs). `loss` "model" is the model's own
     loss (what the worker runs), "fused" a fused cross-entropy kernel's (causal LMs only).
-    `linear` "zero3" runs the linear layers as a ZeRO-3 worker does (`LINEARS`)."""
+    `linear` "zero3" runs the linear layers as a ZeRO-3 worker does (`LINEARS`). `device` "cuda"
+    runs a GPU's kernels where they keep other tensors than a CPU's (`DEVICES`); `norm` "fused" runs
+    RMSNorms as one kernel (`NORMS`)."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: allowed {', '.join(DEVICES)}")
+    if norm not in NORMS:
+        raise ValueError(f"norm {norm!r}: allowed {', '.join(NORMS)}")
     if loss not in LOSSES:
         raise ValueError(f"loss {loss!r}: allowed {', '.join(LOSSES)}")
     if linear not in LINEARS:
@@ -262,7 +292,7 @@ def traced(
     if loss == "fused" and m.task != "causal-lm":
         raise ValueError(f"loss fused: a fused cross-entropy over next tokens needs a causal-lm, not {m.task}")
     traced_attention = "sdpa" if attention == "flash_attention_2" else attention
-    key = trace_key(m, traced_attention, recompute, dtype, loss, linear)
+    key = trace_key(m, traced_attention, recompute, dtype, loss, linear, device, norm)
     if key in _memo:
         return _memo[key]
     path = cache_dir() / f"{key}.json"
@@ -272,7 +302,7 @@ def traced(
             return _memo[key]
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache file is traced again
-    t = _trace(m, traced_attention, recompute, dtype, key, loss, linear)
+    t = _trace(m, traced_attention, recompute, dtype, key, loss, linear, device, norm)
     write_json(path, t.to_json())
     _memo[key] = t
     return t
@@ -299,7 +329,17 @@ def model_flops(m: ModelConfig, attention: str) -> float:
 _flops_memo: dict[str, float] = {}
 
 
-def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str, loss: str, linear: str) -> Trace:
+def _trace(
+    m: ModelConfig,
+    attention: str,
+    recompute: str,
+    dtype: str,
+    key: str,
+    loss: str,
+    linear: str,
+    device: str,
+    norm: str = "model",
+) -> Trace:
     """`m`'s micro-step recorded at B1 and B2 samples, carried as affine lines."""
     # Deferred: the recorder and the model's blocks need torch, only where the cache has no trace.
     from suite.models.recompute import blocks
@@ -312,8 +352,8 @@ def _trace(m: ModelConfig, attention: str, recompute: str, dtype: str, key: str,
     block_numels = tuple(sum(p.numel() for p in blk.parameters()) for blk in repeated)
     unit = {id(p): i for i, blk in enumerate(repeated) for p in blk.parameters()}
     owned = [tuple(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules()]
-    ev1, act1, fresh1, cum1, k1, order1 = record(model, m, B1, fake_mode, loss, linear)
-    ev2, act2, fresh2, cum2, k2, order2 = record(model, m, B2, fake_mode, loss, linear)
+    ev1, act1, fresh1, cum1, k1, order1 = record(model, m, B1, fake_mode, loss, linear, device, norm)
+    ev2, act2, fresh2, cum2, k2, order2 = record(model, m, B2, fake_mode, loss, linear, device, norm)
     same = len(ev1) == len(ev2) and all(a.op == b.op and a.phase == b.phase for a, b in zip(ev1, ev2, strict=True))
     if not same or k1 != k2 or order1 != order2:
         raise NotAffine(f"{m.name}: the operators of micro-batch {B1} and {B2} differ; it cannot be traced affinely")
