@@ -177,6 +177,8 @@ def implementation(src: dict, r: dict) -> Implementation:
         attention_kernel=KERNELS.get(r["attention"], ""),
         compiled=bool(r.get("compile")),
         grad_reduce_bytes=2 if bf16_reduce else 4,
+        built=r.get("built") or src.get("built") or "fp32",
+        selective=r.get("selective") or src.get("selective") or "selective",
         **loop,
     )
 
@@ -210,6 +212,9 @@ def trial_for(src: dict, r: dict) -> Trial:
     base = _base(r["gpu"], r["gpus"] // nodes)
     if "96GB HBM2e" in r.get("notes", ""):
         base = replace(base, hardware=replace(base.hardware, mem_gib=96.0))
+    # The node's host memory is the profile's typical server, not the run's (no source states it):
+    # not checked (0, `suite.predict.tier_short`); what a run needs there is still predicted.
+    base = replace(base, hardware=replace(base.hardware, host=replace(base.hardware.host, mem_gib=0.0)))
     config = dict(r["model"]["config"])
     if r["model"]["model_type"] == "gpt2":  # the stand-in's dropout (0.1) is no part of MPT's or GPT-3's shape
         config = {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0, **config}

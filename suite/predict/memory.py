@@ -96,6 +96,7 @@ import math
 from suite import methods
 from suite.config import Trial
 from suite.predict import nvme
+from suite.predict.machine import GIB
 from suite.predict.peaks import Layout, Term, arrived, at_peak, bytes_per_element, order
 from suite.predict.trace import Trace
 
@@ -123,19 +124,19 @@ def _partition_step(part: float, w: int, buffer: list[Term], norm: float = 0.0) 
     return max((buffer + fp64, buffer + [flat] + fp32, update), key=Layout.total)
 
 
-def deepspeed_layout(t: Trial, tr: Trace) -> Layout:
+def deepspeed_layout(t: Trial, tr: Trace, built: str = "fp32") -> Layout:
     """DeepSpeed ZeRO 0-3 as suite/engines.py sets it up (suite.methods.deepspeed_config); ZeRO-1/2
     at the rank whose peak is largest."""
     z = t.methods.zero_stage
     if z in (1, 2):
-        return max((_zero12(t, tr, r) for r in range(t.devices)), key=Layout.timed_peak)
+        return max((_zero12(t, tr, r, built) for r in range(t.devices)), key=Layout.timed_peak)
     lay = Layout()
-    (_zero0 if z == 0 else _zero3)(lay, t, tr)
+    (_zero0 if z == 0 else _zero3)(lay, t, tr, built)
     return lay
 
 
-def _zero0(lay: Layout, t: Trial, tr: Trace) -> None:
-    w, p, built = bytes_per_element(t.precision), tr.n_params, _built_bytes(t, tr)
+def _zero0(lay: Layout, t: Trial, tr: Trace, built_as: str) -> None:
+    w, p, built = bytes_per_element(t.precision), tr.n_params, _built_bytes(t, tr, built_as)
     b = t.methods.micro_batch
     lay.steady.append(Term("parameters", w * p, "engine.py:2080-2094 (module cast to the training dtype)"))
     if t.gas_measured > 1:
@@ -183,7 +184,7 @@ def zero12_partition(numels: tuple[int, ...], n: int, r: int) -> tuple[list[int]
     return owned, largest
 
 
-def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
+def _zero12(t: Trial, tr: Trace, r: int, built_as: str = "fp32") -> Layout:
     lay = Layout()
     w, p, z, n = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage, t.devices
     part, b_r = p / n, methods.bucket_sizes(t)["reduce_bucket_size"]
@@ -198,21 +199,28 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     ]
     (lay.host if off_opt else lay.steady).extend(opt_terms)
     bucket = Term("reduce bucket", w * b_r, "stage_1_and_2.py:3256-3270")
-    lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
-    lay.build.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:432, 503-507"))
-    if off_opt:  # gradients go to the host partition as they are reduced (GPU only)
-        buffer = Term("gradient partition buffer", w * part, "stage_1_and_2.py:2175-2187")
+    # The engine casts the model to the training dtype (the fp32 copy freed), then flattens it: on
+    # the device where it has room for a second 16-bit copy, else on the host, moving it back
+    # (stage_1_and_2.py:438-455 `flatten_on_accelerator`, 501-524); the larger of the two moments.
+    cast = [Term("parameters in the training dtype", w * p, "engine.py:2080-2094")]
+    if cpu or t.hardware.mem_gib * GIB >= 2 * w * p:
+        cast.append(Term("flat copy made while flattening", w * p, "stage_1_and_2.py:438-455, 501-510"))
+    as_built = [Term("parameters as built", _built_bytes(t, tr, built_as), "suite/worker.py, suite.models.build")]
+    lay.build += max(as_built, cast, key=Layout.total)
+    if off_opt:
+        # Gradients go to the host partition as they are reduced (GPU only): `copy_grads_in_partition`
+        # copies each one to the fp32 host partition (and accumulates later micro-steps' there through
+        # the staging buffer) and returns before it would allocate a partition buffer on the device
+        # (stage_1_and_2.py:2161-2177). Measured: a ZeRO-2 offload trial on an H200 (Pythia-160M,
+        # results/gpu-check/2026-12-04-h200-rerun) peaked at 29.10 GiB, 0.30 GiB (one 16-bit
+        # partition) below what a device buffer would have added.
         lay.host.append(Term("fp32 gradient partition", 4 * part, "stage_1_and_2.py:936-941"))
         lay.host.append(Term("16-bit partition staging buffer", w * part, "stage_1_and_2.py:563-574"))
         largest = max(tr.param_numels)
         lay.steady.append(Term("gradient staging buffer (largest parameter)", w * largest, "stage_1_and_2.py:658-660"))
         if z == 1:
             lay.backward.append(Term("gradients (p.grad until the boundary)", w * p, "stage_1_and_2.py:2284-2295"))
-            lay.boundary += [buffer, bucket]
-        elif gas > 1:  # gradients of later micro-steps accumulate into it
-            lay.steady.append(buffer)
-        else:  # allocated by the backward's first reduction, after the activations' peak
-            lay.boundary.append(buffer)
+            lay.boundary.append(bucket)
         lay.backward.append(bucket)
         lay.activations = tr.activation_bytes(b)
         return lay
@@ -253,7 +261,7 @@ def _zero12(t: Trial, tr: Trace, r: int) -> Layout:
     return lay
 
 
-def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
+def _zero3(lay: Layout, t: Trial, tr: Trace, built_as: str) -> None:
     w, p, n = bytes_per_element(t.precision), tr.n_params, t.devices
     part, buckets = p / n, methods.bucket_sizes(t)
     off_opt, off_par = _offloads(t)
@@ -294,14 +302,18 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
         return [Term("gathered parameters kept for reuse in backward", w * min(left, REUSE_DISTANCE), source)]
 
     at_peak(lay, tr, t.methods.micro_batch, engine)
-    if not off_opt:  # the norm's fp64 copies one parameter's partition at a time; then flattened, to fp32
+    if not off_opt:
+        # The norm's fp64 copies one parameter's partition at a time; then each sub-group in turn is
+        # flattened and converted to fp32, stepped and its fp32 gradient released (stage3.py:2910-2927,
+        # `_prepare_fp32_grad_for_sub_group` :2683-2699, `_release_sub_group` :2731-2738): the largest one's.
         fp64 = Term(
             "fp64 copy of the largest parameter's partition (norm)",
             NORM_BYTES * max(tr.param_numels) / n,
             "stage3.py:2457",
         )
-        flat = Term("flattened gradient of the partition", w * part, "stage3.py:2686")
-        fp32 = [Term("fp32 gradient of the partition", 4 * part, "stage3.py:2686-2687")] if w != 4 else []
+        group = max(methods.sub_groups(t, tr.param_numels))
+        flat = Term("flattened gradient of the largest sub-group", w * group, "stage3.py:2686")
+        fp32 = [Term("fp32 gradient of the largest sub-group", 4 * group, "stage3.py:2686-2687")] if w != 4 else []
         lay.optimizer = max(([fp64], [flat] + fp32, fp32 or [flat]), key=Layout.total)
     if t.hardware.device == "cuda" and off_par:  # zero.Init moves each partition to the host as it is made
         lay.build.append(
@@ -310,14 +322,16 @@ def _zero3(lay: Layout, t: Trial, tr: Trace) -> None:
     elif t.hardware.device == "cuda":
         lay.build.append(Term("partitions as built (zero.Init)", w * part, "suite/worker.py, partition_parameters.py"))
     else:
-        lay.build.append(Term("parameters as built", _built_bytes(t, tr), "suite/worker.py, suite.models.build"))
+        lay.build.append(
+            Term("parameters as built", _built_bytes(t, tr, built_as), "suite/worker.py, suite.models.build")
+        )
     # the largest sub-group's fp32 gradient, on the optimizer's device (the host under offload, stage3.py:333)
     largest = max(methods.sub_groups(t, tr.param_numels))
     init = Term("optimizer init gradient buffer", 4 * largest, "stage3.py:1302-1306")
     (lay.host if off_opt else lay.build).append(init)
 
 
-def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
+def fsdp2_layout(t: Trial, tr: Trace, built: str = "fp32") -> Layout:
     """FSDP2 as suite/engines.py lays it out (fully_shard per block, then the root)."""
     me = t.methods
     n = t.devices
@@ -389,7 +403,9 @@ def fsdp2_layout(t: Trial, tr: Trace) -> Layout:
         return grads + reducing(k) + [held]
 
     at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
-    if t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
+    if built == "meta":  # built without storage, each shard made on its device (`BUILT`)
+        lay.build.append(Term("fp32 shards made on the device", 4 * part, "BUILT meta"))
+    elif t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
         lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
         lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
         lay.build.append(Term("the unit being cut, whole on the device", 4 * largest, "_fsdp_init.py:369-401"))
@@ -421,7 +437,7 @@ def _units_done(tr: Trace) -> list[tuple[frozenset[int], bool, int]]:
     return states
 
 
-def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: bool) -> Layout:
+def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: bool, built: str = "fp32") -> Layout:
     """A plain PyTorch loop's states (a published run outside DeepSpeed and FSDP; `suite.predict.gpu.
     Implementation`): under "amp" fp32 parameters, gradients and AdamW moments, and the 16-bit
     copies of the weights autocast makes at the forward and keeps to the backward
@@ -452,18 +468,31 @@ def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: boo
     temp = {"foreach": ws * p, "loop": ws * max(tr.param_numels)}.get(optimizer, 0.0)
     if temp:
         lay.optimizer.append(Term(f"{optimizer} AdamW temporary", temp, "torch/optim/adam.py (exp_avg_sq's sqrt)"))
-    lay.build.append(Term("parameters as built", 4 * p, "fp32, then cast"))
+    lay.build.append(Term("parameters as built", _built_bytes(t, tr, built), "fp32, then cast"))
     return lay
 
 
-def layout(t: Trial, tr: Trace, loop: tuple[str, str, bool] | None = None) -> Layout:
-    """The trial's layout: its engine's, or a plain loop's (`loop_layout`: states, optimizer, torch DDP)."""
+def layout(t: Trial, tr: Trace, loop: tuple[str, str, bool] | None = None, built: str = "fp32") -> Layout:
+    """The trial's layout: its engine's, or a plain loop's (`loop_layout`: states, optimizer, torch
+    DDP); the model built as `built` says (`BUILT`)."""
+    if built not in BUILT:
+        raise ValueError(f"built {built!r}: allowed {', '.join(BUILT)}")
     if loop is not None:
-        return loop_layout(t, tr, *loop)
-    return fsdp2_layout(t, tr) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr)
+        return loop_layout(t, tr, *loop, built)
+    return fsdp2_layout(t, tr, built) if t.methods.engine == "fsdp2" else deepspeed_layout(t, tr, built)
 
 
-def _built_bytes(t: Trial, tr: Trace) -> float:
-    """The model as suite/worker.py builds it: in fp32 on its device (the engine casts it to the
-    training dtype afterwards), under ZeRO-3 on CUDA inside deepspeed.zero.Init (partitioned)."""
-    return 4 * tr.n_params
+BUILT = ("fp32", "16-bit", "meta")
+"""How a run's code builds its model before the engine takes it: "fp32" on its device, cast to the
+training dtype by the engine (suite/worker.py; FSDP2: on the host, each unit moved to the device);
+"16-bit" cast on the host before it is moved to the device (Megatron-LM's `get_model`:
+`model.half()` before `model.cuda()`, "to prevent OOM for model sizes that cannot fit in GPU
+memory in full precision"); "meta" with no storage, each shard initialised on its device after
+sharding (torchtitan; llm-foundry's `init_device: meta`; `low_cpu_fsdp`, which llama-recipes
+gives for a 70B model that "would consume 2+TB cpu mem (70 * 4 * 8)" built in fp32 by 8 ranks)."""
+
+
+def _built_bytes(t: Trial, tr: Trace, built: str = "fp32") -> float:
+    """The model as built on the device (`BUILT`): suite/worker.py's in fp32 (the engine casts it
+    to the training dtype afterwards)."""
+    return {"fp32": 4.0, "16-bit": float(bytes_per_element(t.precision)), "meta": 0.0}[built] * tr.n_params
