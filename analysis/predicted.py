@@ -182,7 +182,7 @@ def composed(overrides: list[str]):
     gpu, count = hardware.get("hardware", ""), hardware.get("hardware.count", "")
     if own or gpu not in compose.gpu_profiles() or not count.isdigit():
         return compose.config(given)
-    return compose.with_hardware(compose.config(rest), gpu, int(count))
+    return compose.with_hardware(compose.config(rest), gpu, int(count), in_place=True)  # config: a copy of its own
 
 
 def budgets(overrides: list[str]) -> list[list[str]]:

@@ -178,14 +178,15 @@ def trial(args: list[str]) -> Trial:
     return trial_from_cfg(config(args))
 
 
-def with_hardware(cfg: Any, gpu: str, count: int) -> Any:
+def with_hardware(cfg: Any, gpu: str, count: int, in_place: bool = False) -> Any:
     """`cfg` with its hardware replaced by conf/hardware/<gpu>.yaml at `count` devices: what
     composing `hardware=<gpu> hardware.count=<count>` gives when no other override or experiment
     touches hardware (tests/test_predict.py checks it against Hydra), in milliseconds instead of
-    Hydra's third of a second (`suite-predict hardware=all` predicts 21 types x 4 counts)."""
+    Hydra's third of a second (`suite-predict hardware=all` predicts 21 types x 4 counts).
+    `in_place`: `cfg` is the caller's own copy (`config` gives one), changed rather than copied."""
     node = _hardware_node(gpu, _conf_stamp()).copy()
     node.count = count
-    out = cfg.copy()
+    out = cfg if in_place else cfg.copy()
     out.hardware = node
     return out
 
