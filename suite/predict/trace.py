@@ -65,6 +65,8 @@ their loss)."""
 LINEARS = ("torch", "zero3")
 """The linear layers' function: torch's `F.linear`, or DeepSpeed ZeRO-3's `zero3_linear_wrap`,
 which replaces it in a ZeRO-3 worker (`suite.predict.recorder.linear`)."""
+DROPOUT_OPS = ("aten.bernoulli", "aten.native_dropout")
+"""A CPU's dropout draws its noise with `bernoulli_`; a trace without it has no dropout to run otherwise."""
 NORMS = ("model", "fused")
 """The RMSNorms a trace runs: the model's own eager operators, or a fused kernel's
 (`suite.predict.recorder._FusedRMSNorm`, as published runs that fuse their norms)."""
@@ -291,6 +293,10 @@ def traced(
         raise ValueError(f"linear {linear!r}: allowed {', '.join(LINEARS)}")
     if loss == "fused" and m.task != "causal-lm":
         raise ValueError(f"loss fused: a fused cross-entropy over next tokens needs a causal-lm, not {m.task}")
+    if device == "cuda":
+        unfused = traced(m, attention, recompute, dtype, loss, linear, "cpu", norm)
+        if not any(g.op.startswith(DROPOUT_OPS) for g in unfused.groups):
+            return unfused  # nothing drops out: a GPU's kernels keep what a CPU's do
     traced_attention = "sdpa" if attention == "flash_attention_2" else attention
     key = trace_key(m, traced_attention, recompute, dtype, loss, linear, device, norm)
     if key in _memo:
