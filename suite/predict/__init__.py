@@ -198,7 +198,7 @@ class Predictor:
         # (Lambda's and Hugging Face's BERT, Raschka's GPT-2) ran as slow as the three passes of the
         # unfused path (median |error| 7.7%, 26.8%, 19.2% against 11.1%, 30.0%, 27.5% with one pass,
         # its random numbers drawn as it goes): an empirical choice, made on those runs.
-        timed = tr if kernels_of(t) == "cpu" else traced(self.model_as_run(t), me.attention, me.recompute, t.precision)
+        timed = traced(self.model_as_run(t), me.attention, me.recompute, t.precision)  # `tr` itself on a CPU
         parts = timing.step_parts(t, timed, m, t.nodes, self.network, impl)
         step = parts.step_time_s
         tokens = t.model.recipe.global_batch * t.tokens_per_sample

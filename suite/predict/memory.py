@@ -184,7 +184,7 @@ def zero12_partition(numels: tuple[int, ...], n: int, r: int) -> tuple[list[int]
     return owned, largest
 
 
-def _zero12(t: Trial, tr: Trace, r: int, built_as: str = "fp32") -> Layout:
+def _zero12(t: Trial, tr: Trace, r: int, built_as: str) -> Layout:
     lay = Layout()
     w, p, z, n = bytes_per_element(t.precision), tr.n_params, t.methods.zero_stage, t.devices
     part, b_r = p / n, methods.bucket_sizes(t)["reduce_bucket_size"]
@@ -302,6 +302,7 @@ def _zero3(lay: Layout, t: Trial, tr: Trace, built_as: str) -> None:
         return [Term("gathered parameters kept for reuse in backward", w * min(left, REUSE_DISTANCE), source)]
 
     at_peak(lay, tr, t.methods.micro_batch, engine)
+    largest = max(methods.sub_groups(t, tr.param_numels))  # elements of the largest optimizer sub-group
     if not off_opt:
         # The norm's fp64 copies one parameter's partition at a time; then each sub-group in turn is
         # flattened and converted to fp32, stepped and its fp32 gradient released (stage3.py:2910-2927,
@@ -311,9 +312,8 @@ def _zero3(lay: Layout, t: Trial, tr: Trace, built_as: str) -> None:
             NORM_BYTES * max(tr.param_numels) / n,
             "stage3.py:2457",
         )
-        group = max(methods.sub_groups(t, tr.param_numels))
-        flat = Term("flattened gradient of the largest sub-group", w * group, "stage3.py:2686")
-        fp32 = [Term("fp32 gradient of the largest sub-group", 4 * group, "stage3.py:2686-2687")] if w != 4 else []
+        flat = Term("flattened gradient of the largest sub-group", w * largest, "stage3.py:2686")
+        fp32 = [Term("fp32 gradient of the largest sub-group", 4 * largest, "stage3.py:2686-2687")] if w != 4 else []
         lay.optimizer = max(([fp64], [flat] + fp32, fp32 or [flat]), key=Layout.total)
     if t.hardware.device == "cuda" and off_par:  # zero.Init moves each partition to the host as it is made
         lay.build.append(
@@ -326,7 +326,6 @@ def _zero3(lay: Layout, t: Trial, tr: Trace, built_as: str) -> None:
             Term("parameters as built", _built_bytes(t, tr, built_as), "suite/worker.py, suite.models.build")
         )
     # the largest sub-group's fp32 gradient, on the optimizer's device (the host under offload, stage3.py:333)
-    largest = max(methods.sub_groups(t, tr.param_numels))
     init = Term("optimizer init gradient buffer", 4 * largest, "stage3.py:1302-1306")
     (lay.host if off_opt else lay.build).append(init)
 
@@ -404,7 +403,7 @@ def fsdp2_layout(t: Trial, tr: Trace, built: str = "fp32") -> Layout:
 
     at_peak(lay, tr, me.micro_batch, engine, more, held=not no_sync and bool(tr.unit_of))
     if built == "meta":  # built without storage, each shard made on its device (`BUILT`)
-        lay.build.append(Term("fp32 shards made on the device", 4 * part, "BUILT meta"))
+        lay.build.append(Term("fp32 shards made on the device", 4 * part, "memory.BUILT (meta)"))
     elif t.hardware.device == "cuda":  # built on the host, each unit moved to the device and cut there
         lay.host.append(Term("fp32 model as built on the host", 4 * p, "suite/engines.py (FSDP2.build)"))
         lay.build.append(Term("fp32 shards placed so far", 4 * part, "_fsdp_init.py:369-401"))
@@ -468,7 +467,7 @@ def loop_layout(t: Trial, tr: Trace, states: str, optimizer: str, torch_ddp: boo
     temp = {"foreach": ws * p, "loop": ws * max(tr.param_numels)}.get(optimizer, 0.0)
     if temp:
         lay.optimizer.append(Term(f"{optimizer} AdamW temporary", temp, "torch/optim/adam.py (exp_avg_sq's sqrt)"))
-    lay.build.append(Term("parameters as built", _built_bytes(t, tr, built), "fp32, then cast"))
+    lay.build.append(Term("parameters as built", _built_bytes(t, tr, built), "memory.BUILT, then cast"))
     return lay
 
 
