@@ -35,13 +35,14 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from suite.config.schema import ModelConfig, Trial
-from suite.launch import free_port, run_trial, small_thread_stacks, worker_env
+from suite.launch import free_port, run_trial, worker_env
 from suite.methods import aio_config
 from suite.ops import aio_problem
 from suite.predict import kernels_of, timing
 from suite.predict.comm import COLLECTIVE_STEPS
 from suite.predict.machine import Machine
 from suite.predict.trace import traced
+from suite.warm import small_thread_stacks
 
 
 def _curve(curves: list[list[list[float]]], pick) -> list[list[float]]:

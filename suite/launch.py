@@ -25,7 +25,6 @@ import glob
 import json
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -36,7 +35,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from suite import detect, nvme
+from suite import detect, nvme, warm
 from suite.config import Trial
 from suite.files import write_json
 from suite.record import Run, provenance
@@ -96,14 +95,29 @@ def worker_env(t: Trial, local_rank: int, port: int, node: Node = Node()) -> dic
     return env
 
 
-def small_thread_stacks() -> None:
-    """Run in the child before exec: glibc sizes each thread's stack from RLIMIT_STACK (8 MiB
-    by default), and stacks count against a CPU memory budget (RLIMIT_DATA). At 2 MiB, how
-    many threads torch, gloo and DeepSpeed start matters little to whether a trial fits."""
-    resource.setrlimit(resource.RLIMIT_STACK, (2 * 2**20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+def start_rank(t: Trial, argv: list[str], env: dict[str, str], log: str):
+    """Start one rank of `t` (`python -m suite.worker *argv`, its output to `log`) in its own
+    process group: forked from a pre-imported server on a CPU (`suite.warm`), else afresh. Its
+    handle has a pid, poll and wait."""
+    small_stacks = bool(t.hardware.mem_gib) and t.hardware.device == "cpu"
+    if warm.enabled(t.hardware.device):
+        try:
+            return warm.server(env, small_stacks).start(argv, env, log)
+        except RuntimeError as e:
+            print(f"warning: {e}; starting the rank afresh", file=sys.stderr)
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "suite.worker", *argv],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=warm.small_thread_stacks if small_stacks else None,
+        )
 
 
-def kill_all(procs: list[subprocess.Popen]) -> None:
+def kill_all(procs: list) -> None:
     for p in procs:
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -257,22 +271,11 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
             json.dump(t.to_json(), f)
         port = node.port or free_port()
         base = node.rank * t.hardware.count  # global rank of this node's first rank
-        procs: list[subprocess.Popen] = []
+        procs: list = []
         try:
             for local in range(t.hardware.count):
-                log = open(os.path.join(out_dir, f"rank{base + local}.log"), "w")
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "suite.worker", spec, out_dir],
-                        env=worker_env(t, local, port, node),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                        preexec_fn=small_thread_stacks if t.hardware.mem_gib and t.hardware.device == "cpu" else None,
-                    )
-                )
-                log.close()
+                log = os.path.join(out_dir, f"rank{base + local}.log")
+                procs.append(start_rank(t, [spec, out_dir], worker_env(t, local, port, node), log))
             result = _wait(t, procs, out_dir, start, node)
         finally:
             kill_all(procs)
@@ -311,7 +314,7 @@ def _others_failed(out_dir: str, t: Trial, node: Node) -> bool:
     return any(k != node.rank and a["outcome"] != "ok" for k, a in node_accounts(out_dir).items())
 
 
-def _wait(t: Trial, procs: list[subprocess.Popen], out_dir: str, start: float, node: Node) -> Run:
+def _wait(t: Trial, procs: list, out_dir: str, start: float, node: Node) -> Run:
     base = node.rank * t.hardware.count
     multi = t.nodes > 1
     # Node 0 decides a timeout and says so; a further node gives up on its own only later.

@@ -32,6 +32,7 @@ RUNNER = (
     "suite.tracking",
     "suite.calibrate",
     "suite.microbench",
+    "suite.warm",
 )
 """What runs processes and trials: the pure predictor reaches none of them, even through others."""
 LIGHT = (

@@ -27,15 +27,31 @@ from suite.record import Record
 from suite.runner import run_one
 
 
+def output_of(p: psutil.Process) -> str:
+    """Where the process's standard output goes ("" where that cannot be read)."""
+    try:
+        return os.readlink(f"/proc/{p.pid}/fd/1")
+    except OSError:
+        return ""
+
+
 def workers_of(t) -> list[psutil.Process]:
     """The live worker processes of trial `t` that this test process started, itself or through
     the commands it ran (they inherit its environment, orphans too): under pytest-xdist another
     test process may be running a trial of the same id at the same time."""
     me = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "name"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "suite.worker" in cmd and f"trial-{t.id}-" in cmd:
+        # Started afresh: `python -m suite.worker <the trial's spec>`; forked by the warm-start
+        # server (suite.warm): named suite.worker, its output in the trial's folder.
+        if "suite.worker" in cmd:
+            where = cmd
+        elif (p.info["name"] or "").startswith("suite.worker"):
+            where = output_of(p)
+        else:
+            continue
+        if f"trial-{t.id}-" in where:
             try:
                 if p.environ().get("PYTEST_XDIST_WORKER") != me:
                     continue
