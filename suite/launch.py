@@ -1,5 +1,8 @@
 """Run one trial in fresh worker processes and turn whatever happens into an outcome.
 
+A CPU trial's ranks are forked from a server that has imported the runtime (`suite.warm`); a
+CUDA trial's start afresh (`python -m suite.worker`).
+
 A multi-node trial runs one such launcher per node (its `Node`: node rank and rank 0's
 address, see `suite.cluster`); each starts its node's ranks and only node 0's rank 0
 writes the result. Their trial folder is then in the shared store (under `keep_logs`, which
@@ -288,7 +291,9 @@ def run_trial(t: Trial, keep_logs: str | None = None, node: Node = Node()) -> Ru
                         os.replace(src, os.path.join(keep_logs, f"{t.id}-rank{rank}.log"))
     if result.outcome == "ok" and node.rank == 0 and t.hardware.device == "cuda":
         result.metrics["profile_mismatch"] = profile_check(t, result.metrics)
-    return replace(result, wall_s=time.monotonic() - start, provenance=provenance(t.hardware.device))
+    forked = bool(procs) and all(isinstance(p, warm.Rank) for p in procs)
+    where = provenance(t.hardware.device) | {"ranks": "forked" if forked else "exec"}  # suite.warm, or afresh
+    return replace(result, wall_s=time.monotonic() - start, provenance=where)
 
 
 def profile_check(t: Trial, metrics: dict[str, Any]) -> dict[str, Any] | None:

@@ -19,7 +19,8 @@ starts CPU ranks afresh too.
 
 The server lives as long as its launcher: the launcher's end closes the request pipe, and the
 server then kills its ranks and exits; a rank gets SIGKILL when the server dies (PR_SET_PDEATHSIG,
-`suite.worker.die_with_parent`).
+`suite.worker.die_with_parent`). It ignores SIGTERM, SIGINT and SIGHUP (`IGNORED`), which a Slurm
+job's end sends to every process of the job, so that it reports how each rank ended.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import random
 import resource
+import runpy
 import select
 import signal
 import subprocess
@@ -35,8 +37,6 @@ import sys
 import threading
 import traceback
 from typing import Any
-
-from suite import worker
 
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SUITE_PARENT_PID")
 """What differs between the ranks of one server: set in each rank after the fork."""
@@ -46,13 +46,15 @@ PRELOAD = (
     "torch.distributed",
     "deepspeed",
     "transformers",
-    "suite.worker",
+    "suite.metrics",
+    "suite.detect",
     "suite.engines",
     "suite.models.build",
     "suite.models.flops",
     "suite.models.kernels",
 )
-"""What every CPU rank imports (DeepSpeed's engines and the models' builder among them)."""
+"""What every CPU rank imports (DeepSpeed's engines and the models' builder among them), but
+`suite.worker` itself, which each rank runs as `__main__` as `python -m` does."""
 
 
 def small_thread_stacks() -> None:
@@ -62,6 +64,8 @@ def small_thread_stacks() -> None:
     resource.setrlimit(resource.RLIMIT_STACK, (2 * 2**20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
 
 
+IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals the server ignores while it serves; each rank starts with Python's own handling of them."""
 POLL_S = 0.02  # how often the server looks for requests and ended ranks
 
 
@@ -85,6 +89,11 @@ def serve() -> None:
     os.close(null)
     for name in PRELOAD:
         importlib.import_module(name)
+    # The server ends with its launcher (its requests end), not by a signal meant for the ranks: a
+    # Slurm job's end (scancel) signals every process of the job, and the server must stay to
+    # report how each rank ended (killed by SIGTERM, say); its ranks get the defaults back (`_rank`).
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
     ranks: set[int] = set()
     pending = b""
     while True:
@@ -136,6 +145,9 @@ def _kill_group(pid: int) -> None:
 def _rank(req: dict[str, Any], started: int) -> None:
     """In the forked rank: its own session, log and environment, fresh seeds, then the worker."""
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a Python process starts
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         os.setsid()  # its own process group, as `start_new_session` gives a spawned rank
         os.write(started, b"s")
         os.close(started)
@@ -148,12 +160,12 @@ def _rank(req: dict[str, Any], started: int) -> None:
         os.close(null)
         os.environ.clear()
         os.environ.update(req["env"])
-        _name(f"suite.worker r{req['env'].get('RANK', '')}")
+        _name(f"suite.worker.{req['env'].get('RANK', '')}")
         random.seed()  # a fresh process seeds itself from the OS; a fork would share the server's state
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
-        sys.argv = [worker.__file__, *req["argv"]]
-        worker.main()  # ends the process
+        sys.argv = [sys.argv[0], *req["argv"]]
+        runpy.run_module("suite.worker", run_name="__main__", alter_sys=True)  # `python -m`: ends the process
     except BaseException:  # noqa: BLE001 - a rank's failure is its exit code and its log
         traceback.print_exc()
     finally:
@@ -161,7 +173,9 @@ def _rank(req: dict[str, Any], started: int) -> None:
 
 
 def _name(name: str) -> None:
-    """The rank's process name (`ps -o comm`, `top`, psutil's name): its command line is the server's."""
+    """The rank's process name (`ps -o comm`, `top`, psutil's name): its command line is the server's.
+    No space: Slurm's process tracking (proctrack/linuxproc) reads /proc/PID/stat word by word, and
+    a name with a space there hides the rank from the signals that end a job."""
     import ctypes  # deferred: only a forked rank names itself
 
     PR_SET_NAME = 15

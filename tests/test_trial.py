@@ -221,6 +221,7 @@ def test_a_trial_from_the_cli_is_stored_logged_to_wandb_and_served_from_the_stor
     assert len(files) == 1
     rec = json.loads(files[0].read_text())
     assert rec["outcome"] == "ok" and rec["provenance"]["versions"]["torch"]
+    assert rec["provenance"]["ranks"] == "forked"  # a CPU rank, from the warm-start server (suite.warm)
     mtime = files[0].stat().st_mtime_ns
     runs = list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1

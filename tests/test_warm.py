@@ -65,6 +65,24 @@ def test_one_server_per_environment_the_ranks_import_in(monkeypatch):
     assert warm.server(rank1 | {"OMP_NUM_THREADS": "7"}, False) is third
 
 
+def test_a_signal_to_the_whole_job_ends_the_rank_and_the_server_says_so(tmp_path):
+    """As Slurm ends a job (SIGTERM to each of its processes): the rank dies by SIGTERM, as one
+    started afresh does, and the server, which ignores it, reports that."""
+    t = make_trial(ONE + ["debug.fault=hang", "measure.timeout_s=600"])
+    spec = tmp_path / "trial.json"
+    spec.write_text(json.dumps(t.to_json()))
+    env = launch.worker_env(t, 0, launch.free_port())
+    rank = launch.start_rank(t, [str(spec), str(tmp_path)], env, str(tmp_path / "rank0.log"))
+    deadline = time.monotonic() + 60
+    while psutil.Process(rank.pid).name() != "suite.worker.0":  # its own signal handling is back
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for pid in (rank.server.proc.pid, rank.pid):
+        os.kill(pid, signal.SIGTERM)
+    assert rank.wait() == -signal.SIGTERM
+    assert rank.server.proc.poll() is None  # still serving
+
+
 LAUNCHER = """
 import json, sys
 from suite.config import Trial
@@ -88,7 +106,7 @@ def test_a_launcher_killed_takes_its_server_and_ranks_with_it(tmp_path):
     assert ranks, "no rank started within 120 s"
     everything = launcher.children(recursive=True)
     (rank,) = ranks
-    assert rank.name() == "suite.worker r0"
+    assert rank.name() == "suite.worker.0"
     assert os.getpgid(rank.pid) == rank.pid and os.getsid(rank.pid) == rank.pid
     assert any("suite.warm" in " ".join(p.cmdline()) for p in everything)  # the server
     os.kill(proc.pid, signal.SIGKILL)
