@@ -163,9 +163,10 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tmp_path):
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
 
-    from suite.ops import JIT_OPS
+    from suite import ops
 
-    folders = [Path(_get_build_directory(get_accelerator().create_op_builder(n).name, False)) for n in JIT_OPS]
+    built = [n for n in ops.JIT_OPS if n != "AsyncIOBuilder" or ops.aio_problem() is None]  # async_io: libaio's
+    folders = [Path(_get_build_directory(get_accelerator().create_op_builder(n).name, False)) for n in built]
     assert all((f / f"{f.name}.so").exists() for f in folders), "run scripts/setup.sh: it builds DeepSpeed's CPU ops"
     locks = [f / "lock" for f in folders if not (f / "lock").exists()]
     try:
