@@ -200,15 +200,17 @@ def calibration_dir(tmp_path_factory):
     return os.environ["SUITE_CALIBRATION_DIR"]
 
 
-def _calibrate() -> subprocess.CompletedProcess:
+def _calibrate(env: dict[str, str]) -> subprocess.CompletedProcess:
     """`suite-predict calibrate hardware=cpu --quick` into the run's calibration folder, once per
     run: the test process that comes first makes it (holding a lock) and keeps what the command
-    said; the others wait for it and read that."""
+    said; the others wait for it and read that. `env`: the session's environment, taken when the
+    calibration was asked for (in the background, a test may have changed os.environ since: its
+    own SUITE_CALIBRATION_DIR, say)."""
     import fcntl
     import json
     import sys
 
-    d = Path(os.environ["SUITE_CALIBRATION_DIR"])
+    d = Path(env["SUITE_CALIBRATION_DIR"])
     made = d / "made-by-the-tests.json"
     with open(d / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -216,7 +218,7 @@ def _calibrate() -> subprocess.CompletedProcess:
             said = json.loads(made.read_text())
             return subprocess.CompletedProcess(said["args"], said["returncode"], said["stdout"], said["stderr"])
         cmd = [sys.executable, "-m", "cli.predict", "calibrate", "hardware=cpu", "--quick"]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         said = {"args": cmd, "returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
         made.write_text(json.dumps(said))
         return out
@@ -239,7 +241,7 @@ def prefetch(request, calibration_dir, trial_store):
     me, n = worker_share()
     pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
     if "calibrated" in wanted and me == 0:
-        _prefetched["calibrated"] = pool.submit(_calibrate)
+        _prefetched["calibrated"] = pool.submit(_calibrate, dict(os.environ))
     trials = [overrides for name, trials in FACTS.items() if name in wanted for overrides in trials]
     for overrides in trials[me::n]:
         pool.submit(_run, trial_store, make_trial(overrides))  # composed here: see measured_all
@@ -255,7 +257,7 @@ def calibrated(calibration_dir):
     calibrating again. Made as a user makes it, `suite-predict calibrate hardware=cpu --quick`,
     which exits 0 (under pytest-xdist, what it said to the test process that made it)."""
     started = _prefetched.get("calibrated")
-    out = started.result() if started else _calibrate()
+    out = started.result() if started else _calibrate(os.environ | {"SUITE_CALIBRATION_DIR": str(calibration_dir)})
     assert out.returncode == 0 and "wrote " in out.stdout, out.stderr[-3000:]
     return Path(calibration_dir)
 

@@ -28,9 +28,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 
 @pytest.fixture(autouse=True)
-def _isolated(tmp_path_factory, monkeypatch):
-    """Calibrations in a folder of the test session (traces: the session's cache, conftest)."""
-    monkeypatch.setenv("SUITE_CALIBRATION_DIR", str(tmp_path_factory.getbasetemp() / "calibration"))
+def _isolated(calibration_dir, monkeypatch):
+    """Calibrations in the run's folder (conftest's, which every test process shares; traces: the
+    run's cache), whatever a test before changed."""
+    monkeypatch.setenv("SUITE_CALIBRATION_DIR", calibration_dir)
 
 
 def test_trace_is_affine_in_the_micro_batch_and_counts_the_flops_of_count_flops(tiny):

@@ -106,13 +106,18 @@ def at_peak(
     end = next((act for k, act in moments if k == -2), max(act for _, act in moments))
     moments = [(k, act) for k, act in moments if k != -2]
     if held:
-        candidates = [(act, engine(k)) for k, act in _moments(tr, b, True) if k != -2]
+        at = [(act, k) for k, act in _moments(tr, b, True) if k != -2]
     else:
-        born = [(act, engine(k - 1 if k > 0 else k)) for k, act in moments]
-        candidates = born + [(act, engine(k)) for k, act in _moments(tr, b, True) if k > 0]
+        born = [(act, k - 1 if k > 0 else k) for k, act in moments]
+        at = born + [(act, k) for k, act in _moments(tr, b, True) if k > 0]
+    holds: dict[int, tuple[list[Term], float]] = {}  # engine(k) and its bytes: each k is asked for once
+    for k in {k for _, k in at}:
+        terms = engine(k)
+        holds[k] = (terms, Layout.total(terms))
+    candidates = [(act, *holds[k]) for act, k in at]
     if more is not None:
-        candidates += more(end)
-    act, terms = max(candidates, key=lambda c: c[0] + Layout.total(c[1]))
+        candidates += [(act, terms, Layout.total(terms)) for act, terms in more(end)]
+    act, terms, _ = max(candidates, key=lambda c: c[0] + c[2])
     lay.activations = act
     lay.backward.extend(terms)
 
