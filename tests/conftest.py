@@ -87,6 +87,14 @@ FACTS = {
 }
 
 
+def ops_setup_builds() -> tuple[str, ...]:
+    """The DeepSpeed JIT ops scripts/setup.sh builds on this machine: all but async_io where libaio
+    is absent (`suite.ops.aio_problem`)."""
+    from suite import ops
+
+    return tuple(b for b in ops.JIT_OPS if b != "AsyncIOBuilder" or ops.aio_problem() is None)
+
+
 def single_rank_env(**extra: str) -> dict[str, str]:
     """The environment of a one-process DeepSpeed job on the CPU, on a free port."""
     import socket
@@ -241,7 +249,7 @@ def prefetch(request, calibration_dir, trial_store):
     me, n = worker_share()
     pool = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
     if "calibrated" in wanted and me == 0:
-        _prefetched["calibrated"] = pool.submit(_calibrate, dict(os.environ))
+        _prefetched["calibrated"] = pool.submit(_calibrate, os.environ | {"SUITE_CALIBRATION_DIR": calibration_dir})
     trials = [overrides for name, trials in FACTS.items() if name in wanted for overrides in trials]
     for overrides in trials[me::n]:
         pool.submit(_run, trial_store, make_trial(overrides))  # composed here: see measured_all

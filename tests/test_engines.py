@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, TINY_MEMBERS, make_trial, single_rank_env
+from conftest import TINY, TINY_MEMBERS, make_trial, ops_setup_builds, single_rank_env
 
 from suite import metrics, worker
 from suite.config import Trial
@@ -248,5 +248,4 @@ def test_ops_named_are_the_only_ones_built_and_a_wrong_name_exits_2(tmp_path, mo
     assert ops.main(["fused_adam"]) == 0 and asked == [("FusedAdamBuilder",)]
     assert "not built now: cpu_adam" in capsys.readouterr().out
     assert ops.main(["adam"]) == 2 and "no op adam; the ops: cpu_adam, fused_adam" in capsys.readouterr().err
-    every = tuple(b for b in ops.JIT_OPS if b != "AsyncIOBuilder" or ops.aio_problem() is None)  # async_io: libaio's
-    assert ops.main([]) == 0 and asked[-1] == every
+    assert ops.main([]) == 0 and asked[-1] == ops_setup_builds()

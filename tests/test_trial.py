@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import CPU_RECIPE, FACTS, FSDP2, ONE, STAGES, TINY, make_trial, measured_all
+from conftest import CPU_RECIPE, FACTS, FSDP2, ONE, STAGES, TINY, make_trial, measured_all, ops_setup_builds
 
-from suite import launch, store
+from suite import launch, ops, store
 from suite.models.arch import shape
 from suite.models.flops import count_flops
 from suite.record import Record
@@ -160,15 +160,9 @@ def test_a_non_finite_loss_is_nan_and_a_stale_op_lock_blocks_no_trial(tmp_path):
     """Also: the lock files a worker killed while loading DeepSpeed's JIT ops leaves in the
     shared build folder (see suite.engines.preload_built_ops) do not make the next trial wait
     on them. scripts/setup.sh has built the ops; the trial runs with every one locked."""
-    from deepspeed.accelerator import get_accelerator
-    from torch.utils.cpp_extension import _get_build_directory
-
-    from suite import ops
-
-    built = [n for n in ops.JIT_OPS if n != "AsyncIOBuilder" or ops.aio_problem() is None]  # async_io: libaio's
-    folders = [Path(_get_build_directory(get_accelerator().create_op_builder(n).name, False)) for n in built]
-    assert all((f / f"{f.name}.so").exists() for f in folders), "run scripts/setup.sh: it builds DeepSpeed's CPU ops"
-    locks = [f / "lock" for f in folders if not (f / "lock").exists()]
+    libs = [ops.built_path(n) for n in ops_setup_builds()]
+    assert all(lib.exists() for lib in libs), "run scripts/setup.sh: it builds DeepSpeed's CPU ops"
+    locks = [lib.parent / "lock" for lib in libs if not (lib.parent / "lock").exists()]
     try:
         for lock in locks:
             lock.touch()
